@@ -1,0 +1,51 @@
+# slurm-ml: two commands do all setup on a fresh Debian 12 or 13 machine (as root):
+#   make demo   bring up the real dev cluster and run a sample workload
+#   make test   lint + type-check + layering, unit tests, integration tests on the dev cluster
+SHELL := /bin/bash
+VENV ?= .venv
+STATE ?= $(CURDIR)/.devcluster
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: all venv cluster demo test lint unit integration down destroy clean
+
+all: test
+
+$(BIN)/.installed: pyproject.toml
+	@command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-venv python3-pip; }
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+cluster: venv
+	$(BIN)/slurm-ml devcluster up --state-dir $(STATE)
+
+demo: cluster
+	$(BIN)/slurm-ml devcluster demo --state-dir $(STATE)
+
+lint: venv
+	$(BIN)/ruff check slurm_ml tests
+	$(BIN)/mypy slurm_ml
+	$(BIN)/lint-imports
+
+unit: venv
+	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
+
+integration: cluster
+	source $(STATE)/env.sh && $(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+test: lint cluster
+	source $(STATE)/env.sh && $(BIN)/pytest $(PYTEST_ARGS)
+
+down:
+	$(BIN)/slurm-ml devcluster down --state-dir $(STATE)
+
+destroy:
+	$(BIN)/slurm-ml devcluster down --destroy --state-dir $(STATE)
+
+clean: destroy
+	rm -rf $(VENV) *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,254 @@
+"""``slurm-ml``: the operator's command line. The only place logging is configured.
+
+Exit codes: 0 ok; 1 the operation failed (Slurm, database or dev cluster
+error, with a message); 2 bad input (usage or configuration errors);
+3 not ready (e.g. the dev cluster is not fully up).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from slurm_ml import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "conf" / "slurm-ml.yaml"
+DEFAULT_STATE = Path.cwd() / ".devcluster"
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    click.echo(f"slurm-ml: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _emit(data: Any, as_json: bool, human: str) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else human)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurm-ml")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """slurm-ml: make a shared Slurm cluster good at ML work."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def _load_config(path: str | Path) -> Any:
+    from slurm_ml.config import ConfigError, load_config  # noqa: PLC0415
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(f"invalid configuration {path}:\n{exc}", EXIT_BAD_INPUT)
+
+
+# ------------------------------------------------------------------- config
+@main.group()
+def config() -> None:
+    """Validate slurm-ml configuration files."""
+
+
+@config.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+def config_check(file: str, as_json: bool) -> None:
+    """Validate FILE. Exit 0 when valid; exit 2 with every error, `path: message` per line."""
+    from slurm_ml.config import ConfigError, load_config  # noqa: PLC0415
+
+    try:
+        cfg = load_config(file)
+    except ConfigError as exc:
+        if as_json:
+            issues = [{"path": i.path, "message": i.message} for i in exc.issues]
+            click.echo(json.dumps({"valid": False, "file": file, "errors": issues}, indent=2))
+        else:
+            for issue in exc.issues:
+                click.echo(str(issue), err=True)
+            click.echo(f"{file}: {len(exc.issues)} error(s)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    summary = {
+        "valid": True, "file": file, "gpu_types": len(cfg.gpu_types),
+        "node_classes": len(cfg.node_classes), "nodes": len(cfg.all_nodes()),
+        "programs": len(cfg.budgets.programs),
+    }
+    _emit(summary, as_json, f"{file}: OK ({summary['nodes']} nodes, "
+          f"{summary['node_classes']} node classes, {summary['programs']} programs)")
+
+
+# ----------------------------------------------------------------------- db
+@main.group()
+def db() -> None:
+    """Manage slurm-ml's PostgreSQL database."""
+
+
+@db.command("migrate")
+@click.option("--dsn", envvar="SLURM_ML_DSN", required=True,
+              help="PostgreSQL DSN (default: $SLURM_ML_DSN).")
+@click.option("--json", "as_json", is_flag=True)
+def db_migrate(dsn: str, as_json: bool) -> None:
+    """Apply pending schema migrations (idempotent)."""
+    from slurm_ml.store.errors import StoreError  # noqa: PLC0415
+    from slurm_ml.store.migrate import migrate  # noqa: PLC0415
+
+    try:
+        applied = migrate(dsn)
+    except StoreError as exc:
+        _fail(str(exc))
+    _emit({"applied": applied}, as_json,
+          f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+
+
+# --------------------------------------------------------------- devcluster
+@main.group()
+def devcluster() -> None:
+    """A real local Slurm cluster (slurmctld, slurmd x6, slurmdbd, MariaDB, PostgreSQL)."""
+
+
+def _state_opt(f: Any) -> Any:
+    f = click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+                     help="Where the cluster keeps all its state (default ./.devcluster, "
+                          "or $SLURM_ML_DEVCLUSTER).")(f)
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                        default=None, help="slurm-ml.yaml (default conf/slurm-ml.yaml).")(f)
+
+
+def _cluster(state_dir: str | None, config_path: str | None) -> Any:
+    from slurm_ml.devcluster.cluster import DevCluster  # noqa: PLC0415
+    from slurm_ml.devcluster.layout import Layout  # noqa: PLC0415
+
+    root = Path(state_dir or os.environ.get("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
+    cfg = _load_config(config_path or DEFAULT_CONFIG)
+    return DevCluster(cfg, Layout(root), say=lambda m: click.echo(m, err=True))
+
+
+def _devcluster_errors() -> tuple[type[BaseException], ...]:
+    from slurm_ml.devcluster.platform import DevClusterError  # noqa: PLC0415
+    from slurm_ml.proc import CommandError  # noqa: PLC0415
+    from slurm_ml.slurm.errors import SlurmError  # noqa: PLC0415
+    from slurm_ml.slurm.render import TemplateError  # noqa: PLC0415
+    from slurm_ml.store.errors import StoreError  # noqa: PLC0415
+
+    return (DevClusterError, CommandError, SlurmError, TemplateError, StoreError,
+            TimeoutError, OSError)
+
+
+@devcluster.command("up")
+@_state_opt
+@click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
+def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bool) -> None:
+    """Bring the dev cluster up (idempotent; needs root)."""
+    from slurm_ml.devcluster.platform import NotRoot  # noqa: PLC0415
+
+    cluster = _cluster(state_dir, config_path)
+    try:
+        cluster.up(install_packages=not no_install)
+    except NotRoot as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except _devcluster_errors() as exc:
+        _fail(f"{exc}\n(logs: {cluster.layout.log})")
+
+
+@devcluster.command("down")
+@_state_opt
+@click.option("--destroy", is_flag=True, help="Also delete the state directory.")
+@click.option("--json", "as_json", is_flag=True)
+def devcluster_down(state_dir: str | None, config_path: str | None, destroy: bool,
+                    as_json: bool) -> None:
+    """Stop the processes `up` started (by pid), nothing else."""
+    from slurm_ml.devcluster.platform import NotRoot  # noqa: PLC0415
+
+    cluster = _cluster(state_dir, config_path)
+    try:
+        stopped = cluster.down()
+        if destroy:
+            cluster.destroy()
+    except NotRoot as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except _devcluster_errors() as exc:
+        _fail(str(exc))
+    _emit({"stopped": stopped, "destroyed": destroy}, as_json,
+          "stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@devcluster.command("status")
+@_state_opt
+@click.option("--json", "as_json", is_flag=True)
+def devcluster_status(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
+    """Every daemon and node state. Exit 3 when something is not up."""
+    st = _cluster(state_dir, config_path).status()
+    if as_json:
+        click.echo(json.dumps(st, indent=2, sort_keys=True))
+    else:
+        click.echo(f"state dir: {st['state_dir']}")
+        for name, p in st["processes"].items():
+            mark = f"running (pid {p['pid']})" if p["running"] else "STOPPED"
+            click.echo(f"  {name:<16} {mark}")
+        if st["slurm_error"]:
+            click.echo(f"slurm: {st['slurm_error']}")
+        for n in st["nodes"]:
+            flags = "+".join(n["flags"])
+            state = n["state"] + (f"+{flags}" if flags else "")
+            reason = f"  reason: {n['reason']}" if n["reason"] else ""
+            click.echo(f"  {n['name']:<8} {state:<18} {n['gres']:<22} "
+                       f"{','.join(n['features'])}{reason}")
+        for u in st["users"]:
+            click.echo(f"  user {u['user']:<8} accounts {','.join(u['accounts'])}")
+    sys.exit(EXIT_OK if st["up"] else EXIT_NOT_READY)
+
+
+@devcluster.command("env")
+@_state_opt
+def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
+    """Print the shell exports (SLURM_CONF, SLURM_ML_DSN, ...) to use the cluster."""
+    cluster = _cluster(state_dir, config_path)
+    if not cluster.layout.slurm_conf.exists():
+        _fail(f"no dev cluster in {cluster.layout.root}; run `slurm-ml devcluster up` first",
+              EXIT_NOT_READY)
+    for k, v in cluster.env_exports().items():
+        click.echo(f"export {k}={v}")
+
+
+@devcluster.command("demo")
+@_state_opt
+@click.option("--json", "as_json", is_flag=True)
+def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
+    """Run a small GPU workload as the researcher users and show the result."""
+    from slurm_ml.devcluster.demo import run_demo  # noqa: PLC0415
+    from slurm_ml.slurm.client import CliSlurm  # noqa: PLC0415
+
+    cluster = _cluster(state_dir, config_path)
+    slurm = CliSlurm(cluster.runner())
+    try:
+        jobs = run_demo(cluster.cfg, slurm, str(cluster.layout.jobs),
+                        say=lambda m: click.echo(m, err=True))
+        run = cluster.runner()
+        sinfo = run(["sinfo", "-N", "-o", "%N %T %G %f"])
+        sacct = run(["sacct", "-X", "-a", "-j", ",".join(str(j.job_id) for j in jobs),
+                     "-o", "JobID,JobName%28,User,Account%14,QOS,State,AllocTRES%60"])
+    except _devcluster_errors() as exc:
+        _fail(str(exc))
+    status = cluster.status()
+    if as_json:
+        click.echo(json.dumps({"jobs": [j.__dict__ for j in jobs], "status": status},
+                              indent=2, default=str))
+        return
+    click.echo("\n== nodes (sinfo) ==\n" + sinfo)
+    click.echo("== sample jobs (sacct) ==\n" + sacct)
+    daemons = ", ".join(f"{k}={'up' if v['running'] else 'DOWN'}"
+                        for k, v in status["processes"].items() if not k.startswith("slurmd-"))
+    click.echo(f"daemons: {daemons}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,437 @@
+"""A real Slurm cluster on this one machine: munge, MariaDB, slurmdbd, slurmctld,
+one ``slurmd -N`` per node with fake GPU character devices, and PostgreSQL.
+
+Every step checks before it acts, so ``up`` is idempotent and can be re-run
+after a partial failure or after one daemon died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_ml import proc
+from slurm_ml.config import Config
+from slurm_ml.devcluster import daemons, platform
+from slurm_ml.devcluster.layout import Layout
+from slurm_ml.slurm import accounts, render
+from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.runner import SlurmRunner
+
+Say = Callable[[str], None]
+
+PG_USER = "slurmml"
+PG_DB = "slurmml"
+MYSQL_USER = "slurm"
+MYSQL_DB = "slurm_acct_db"
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    mysql_password: str
+    pg_password: str
+
+
+class DevCluster:
+    """Bring the dev cluster up or down, and report on it."""
+
+    def __init__(self, cfg: Config, layout: Layout, say: Say = print) -> None:
+        self.cfg = cfg
+        self.layout = layout
+        self.say = say
+        self.host = socket.gethostname()
+
+    # ---------------------------------------------------------------- env
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.layout.slurm_conf)}
+
+    def runner(self, timeout_s: float = 30.0) -> SlurmRunner:
+        return SlurmRunner(env=self.slurm_env, timeout_s=timeout_s)
+
+    def dsn(self) -> str:
+        s = self._secrets()
+        p = self.layout.ports.postgres
+        return f"postgresql://{PG_USER}:{s.pg_password}@127.0.0.1:{p}/{PG_DB}"
+
+    def env_exports(self) -> dict[str, str]:
+        return {
+            "SLURM_CONF": str(self.layout.slurm_conf),
+            "SLURM_ML_DSN": self.dsn(),
+            "SLURM_ML_DEVCLUSTER": str(self.layout.root),
+            "SLURM_ML_SPOOL_DIR": str(self.layout.spool),
+        }
+
+    def _secrets(self) -> Secrets:
+        path = self.layout.etc / "secrets.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return Secrets(data["mysql_password"], data["pg_password"])
+        s = Secrets(secrets.token_hex(12), secrets.token_hex(12))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mysql_password": s.mysql_password,
+                                    "pg_password": s.pg_password}))
+        path.chmod(0o600)
+        return s
+
+    # ----------------------------------------------------------------- up
+    def up(self, *, install_packages: bool = True) -> None:
+        platform.require_root()
+        t0 = time.monotonic()
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if install_packages:
+            steps.append(("Debian packages", self._packages))
+        steps += [
+            ("state directory", self._dirs),
+            ("researcher users", self._users),
+            ("fake GPU devices", self._gpu_devices),
+            ("Slurm configuration", self._render),
+            ("munge", self._munge),
+            ("MariaDB", self._mariadb),
+            ("slurmdbd", self._slurmdbd),
+            ("QOS and account tree", self._accounts),
+            ("slurmctld", self._slurmctld),
+            ("slurmd nodes", self._slurmd),
+            ("PostgreSQL", self._postgres),
+            ("database schema", self._migrate),
+        ]
+        for i, (name, step) in enumerate(steps, 1):
+            self.say(f"[{i}/{len(steps)}] {name} ...")
+            step()
+        self._write_env()
+        self.say(f"dev cluster up in {time.monotonic() - t0:.0f}s; state in {self.layout.root}")
+        self.say(f"use it with:  eval \"$(slurm-ml devcluster env --state-dir {self.layout.root})\"")
+
+    def _packages(self) -> None:
+        added = platform.ensure_packages(self.say)
+        plat = platform.detect()
+        note = f" (installed {' '.join(added)})" if added else ""
+        self.say(f"      Debian {plat.debian}, Slurm {plat.slurm}{note}")
+
+    def _dirs(self) -> None:
+        L = self.layout
+        for d in (L.etc, L.run, L.log, L.dev, L.munge, L.root / "ctld", L.root / "slurmd", L.spool):
+            d.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes():
+            (L.root / "slurmd" / node).mkdir(exist_ok=True)
+        L.jobs.mkdir(parents=True, exist_ok=True)
+        L.jobs.chmod(0o1777)
+        # Researcher jobs and PostgreSQL must be able to traverse the state dir.
+        L.root.chmod(0o755)
+
+    def _users(self) -> None:
+        for user in self.cfg.budgets.user_accounts():
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                proc.run(["useradd", "--create-home", "--shell", "/bin/bash", user], timeout_s=30)
+                self.say(f"      created Unix user {user}")
+
+    def _gpu_devices(self) -> None:
+        most = max(nc.gpus_per_node for nc in self.cfg.node_classes)
+        for i in range(most):
+            path = self.layout.dev / f"nvidia{i}"
+            if path.exists() and stat.S_ISCHR(path.stat().st_mode):
+                continue
+            path.unlink(missing_ok=True)
+            # Character devices aliasing /dev/null: slurmd rejects regular files.
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+    def site(self) -> render.SiteParams:
+        L, P = self.layout, self.layout.ports
+        return render.SiteParams(
+            controller_host=f"{self.host}(127.0.0.1)",
+            state_dir=str(L.root),
+            run_dir=str(L.run),
+            log_dir=str(L.log),
+            gpu_dev_dir=str(L.dev),
+            auth_info=f"socket={L.munge_socket}",  # explicit, for the daemons
+            slurm_user="root",
+            slurmctld_port=P.slurmctld,
+            slurmd_port=P.slurmd,
+            slurmdbd_port=P.slurmdbd,
+            dbd_host="127.0.0.1",
+            node_addr="127.0.0.1",
+            node_port_base=P.node_base,
+            mysql_port=P.mysql,
+            mysql_user=MYSQL_USER,
+            mysql_password=self._secrets().mysql_password,
+            mysql_db=MYSQL_DB,
+            header=f"Dev cluster in {L.root}; re-rendered by `slurm-ml devcluster up`.",
+        )
+
+    def _render(self) -> None:
+        files = render.render_all(self.cfg, self.site())
+        # slurmdbd wants DbdHost to be this host's short name or localhost.
+        files["slurmdbd.conf"] = files["slurmdbd.conf"].replace(
+            "DbdHost=127.0.0.1", "DbdHost=localhost\nDbdAddr=127.0.0.1"
+        )
+        for name, text in files.items():
+            path = self.layout.etc / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+        (self.layout.etc / "slurmdbd.conf").chmod(0o600)
+        for name in ("slurm.conf", "gres.conf", "topology.conf"):
+            (self.layout.etc / name).chmod(0o644)
+
+    def _munge(self) -> None:
+        L = self.layout
+        key = L.etc / "munge.key"
+        if not key.exists():
+            key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o400)
+        L.munge.chmod(0o700)
+        if daemons.alive(L.pidfile("munged"), "munged"):
+            return
+        if self._system_munge():
+            self.say(f"      using the munged already serving {L.munge_socket}")
+            return
+        L.munge_socket.parent.mkdir(parents=True, exist_ok=True)
+        L.munge_socket.unlink(missing_ok=True)
+        proc.run(
+            ["munged", "--force", f"--socket={L.munge_socket}", f"--key-file={key}",
+             f"--pid-file={L.pidfile('munged')}", f"--log-file={L.log / 'munged.log'}",
+             f"--seed-file={L.munge / 'munged.seed'}"],
+            timeout_s=30,
+        )
+        daemons.wait_for("munged socket", L.munge_socket.exists, 15)
+        L.run.chmod(0o755)
+
+    def _system_munge(self) -> bool:
+        """A munged we did not start already answers on the default socket."""
+        if not self.layout.munge_socket.exists():
+            return False
+        return proc.run(["munge", "-n"], check=False, timeout_s=10).returncode == 0
+
+    def _mysql(self, sql: str) -> str:
+        return proc.run(
+            ["mariadb", "--no-defaults", f"--socket={self.layout.mysql_socket}", "-u", "root",
+             "-N", "-e", sql],
+            timeout_s=30,
+        ).stdout
+
+    def _mariadb(self) -> None:
+        L = self.layout
+        if not (L.mysql / "mysql").exists():
+            L.mysql.mkdir(parents=True, exist_ok=True)
+            proc.run(
+                ["mariadb-install-db", "--no-defaults", f"--datadir={L.mysql}", "--user=root",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"],
+                timeout_s=300,
+            )
+        if not daemons.alive(L.pidfile("mariadb"), "mariadbd"):
+            proc.spawn_daemon(
+                ["mariadbd", "--no-defaults", f"--datadir={L.mysql}", "--user=root",
+                 f"--socket={L.mysql_socket}", f"--port={L.ports.mysql}",
+                 "--bind-address=127.0.0.1", f"--pid-file={L.pidfile('mariadb')}",
+                 f"--log-error={L.log / 'mariadb.log'}", "--innodb-buffer-pool-size=128M",
+                 "--innodb-lock-wait-timeout=900", "--innodb-log-file-size=64M"],
+                log_path=str(L.log / "mariadb.out"),
+            )
+            daemons.wait_for("MariaDB", lambda: bool(self._mysql("SELECT 1")), 90)
+        pw = self._secrets().mysql_password
+        for host in ("localhost", "127.0.0.1"):
+            self._mysql(
+                f"CREATE USER IF NOT EXISTS '{MYSQL_USER}'@'{host}' IDENTIFIED BY '{pw}';"
+                f"ALTER USER '{MYSQL_USER}'@'{host}' IDENTIFIED BY '{pw}';"
+                f"GRANT ALL ON {MYSQL_DB}.* TO '{MYSQL_USER}'@'{host}';"
+            )
+        self._mysql(f"CREATE DATABASE IF NOT EXISTS {MYSQL_DB}")
+
+    def _sacctmgr_ok(self) -> bool:
+        self.runner(10)(["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"])
+        return True
+
+    def _slurmdbd(self) -> None:
+        L = self.layout
+        if not daemons.alive(L.pidfile("slurmdbd"), "slurmdbd"):
+            proc.run(["slurmdbd"], env=self.slurm_env, timeout_s=60)
+        daemons.wait_for("slurmdbd", self._sacctmgr_ok, 120, interval_s=1)
+
+    def _accounts(self) -> None:
+        run = self.runner(60)
+        if accounts.ensure_cluster(run, self.cfg.cluster.name):
+            self.say(f"      registered cluster {self.cfg.cluster.name} in slurmdbd")
+        specs = accounts.default_qos_specs(self.cfg.policy.contracts.min_runtime_cap_hours)
+        cmds = accounts.ensure_account_tree(run, self.cfg.cluster.name, self.cfg.budgets, specs)
+        added = [c for c in cmds if c[2] == "add"]
+        if added:
+            self.say(f"      {len(added)} QOS/accounts/users added")
+
+    def _ping(self) -> bool:
+        out = self.runner(10)(["scontrol", "ping"])
+        return "UP" in out
+
+    def _slurmctld(self) -> None:
+        L = self.layout
+        if daemons.alive(L.pidfile("slurmctld"), "slurmctld"):
+            # Pick up re-rendered configuration without losing jobs.
+            self.runner()(["scontrol", "reconfigure"])
+            return
+        fresh = not any((L.root / "ctld").iterdir())
+        argv = ["slurmctld", "-f", str(L.slurm_conf)] + (["-c"] if fresh else [])
+        proc.run(argv, env=self.slurm_env, timeout_s=60)
+        daemons.wait_for("slurmctld", self._ping, 60)
+
+    def nodes(self) -> list[str]:
+        return [str(n) for nc in self.cfg.node_classes for n in NodeSet(nc.nodes)]
+
+    def _slurmd(self) -> None:
+        L = self.layout
+        for node in self.nodes():
+            if daemons.alive(L.pidfile(f"slurmd-{node}"), "slurmd"):
+                continue
+            proc.run(["slurmd", "-f", str(L.slurm_conf), "-N", node], env=self.slurm_env,
+                     timeout_s=60)
+        client = CliSlurm(self.runner())
+        want = set(self.nodes())
+
+        def all_up() -> bool:
+            nodes = {n.name: n for n in client.list_nodes()}
+            bad = [n for n in want if n not in nodes or nodes[n].state in {"DOWN", "UNKNOWN"}
+                   or "NOT_RESPONDING" in nodes[n].flags]
+            return not bad
+
+        daemons.wait_for("slurmd nodes", all_up, 120, interval_s=1)
+        # Nodes drained by an earlier run's test come back.
+        for n in client.list_nodes():
+            if n.state == "DOWN" or (n.drained and not n.reason.startswith("slurm-ml:")):
+                client.resume_node(n.name)
+
+    def _pg_bin(self, name: str) -> str:
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                          key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+        if not versions:
+            raise platform.DevClusterError("PostgreSQL server binaries not found under "
+                                           "/usr/lib/postgresql; install package postgresql")
+        return str(versions[-1] / name)
+
+    def _as_postgres(self, argv: list[str], timeout_s: float = 60) -> proc.Result:
+        return proc.run(["runuser", "-u", "postgres", "--", *argv], timeout_s=timeout_s)
+
+    def _psql(self, sql: str) -> str:
+        L = self.layout
+        return self._as_postgres(
+            ["psql", "-h", str(L.run), "-p", str(L.ports.postgres), "-d", "postgres",
+             "-v", "ON_ERROR_STOP=1", "-tA", "-c", sql]
+        ).stdout
+
+    def _postgres(self) -> None:
+        L = self.layout
+        data = L.pg / "data"
+        pg_uid = pwd.getpwnam("postgres").pw_uid
+        if not (data / "PG_VERSION").exists():
+            data.mkdir(parents=True, exist_ok=True)
+            for d in (L.pg, data):
+                os.chown(d, pg_uid, -1)
+            data.chmod(0o700)
+            self._as_postgres([self._pg_bin("initdb"), "-D", str(data), "-A", "scram-sha-256",
+                               "--auth-local=peer", "-E", "UTF8", "--locale=C.UTF-8"],
+                              timeout_s=300)
+        L.run.chmod(0o1777)  # postgres writes its socket and pid here
+        if not self._pg_running():
+            self._as_postgres(
+                [self._pg_bin("pg_ctl"), "-D", str(data), "-l", str(L.pg / "postgresql.log"),
+                 "-o", f"-p {L.ports.postgres} -k {L.run} -c listen_addresses=127.0.0.1",
+                 "-w", "-t", "60", "start"],
+                timeout_s=90,
+            )
+        pw = self._secrets().pg_password
+        exists = self._psql(f"SELECT 1 FROM pg_roles WHERE rolname='{PG_USER}'").strip()
+        verb = "ALTER" if exists else "CREATE"
+        self._psql(f"{verb} ROLE {PG_USER} LOGIN PASSWORD '{pw}' CREATEDB")
+        if not self._psql(f"SELECT 1 FROM pg_database WHERE datname='{PG_DB}'").strip():
+            self._psql(f"CREATE DATABASE {PG_DB} OWNER {PG_USER}")
+
+    def _pg_running(self) -> bool:
+        res = proc.run(["runuser", "-u", "postgres", "--", self._pg_bin("pg_ctl"), "status",
+                        "-D", str(self.layout.pg / "data")], check=False, timeout_s=10)
+        return res.returncode == 0
+
+    def _migrate(self) -> None:
+        from slurm_ml.store.migrate import migrate  # noqa: PLC0415 - optional until store lands
+
+        applied = migrate(self.dsn())
+        if applied:
+            self.say(f"      applied migrations {', '.join(applied)}")
+
+    def _write_env(self) -> None:
+        lines = [f"export {k}={v}" for k, v in self.env_exports().items()]
+        self.layout.env_file.write_text("\n".join(lines) + "\n")
+        self.layout.env_file.chmod(0o600)
+
+    # --------------------------------------------------------------- down
+    def down(self) -> list[str]:
+        """Stop what ``up`` started, by pid file; return what was stopped."""
+        platform.require_root()
+        L = self.layout
+        stopped = []
+        for node in self.nodes():
+            if daemons.stop(L.pidfile(f"slurmd-{node}"), "slurmd"):
+                stopped.append(f"slurmd {node}")
+        for name, program in (("slurmctld", "slurmctld"), ("slurmdbd", "slurmdbd"),
+                              ("mariadb", "mariadbd")):
+            if daemons.stop(L.pidfile(name), program):
+                stopped.append(name)
+        if (L.pg / "data" / "PG_VERSION").exists() and self._pg_running():
+            self._as_postgres([self._pg_bin("pg_ctl"), "-D", str(L.pg / "data"), "-m", "fast",
+                               "-w", "stop"])
+            stopped.append("postgresql")
+        if daemons.stop(L.pidfile("munged"), "munged"):
+            stopped.append("munged")
+        return stopped
+
+    def destroy(self) -> None:
+        """``down``, then delete the state directory."""
+        self.down()
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    # ------------------------------------------------------------- status
+    def status(self) -> dict[str, Any]:
+        L = self.layout
+        procs: dict[str, Any] = {}
+        for name, program in (("munged", "munged"), ("mariadb", "mariadbd"),
+                              ("slurmdbd", "slurmdbd"), ("slurmctld", "slurmctld")):
+            pid = daemons.alive(L.pidfile(name), program)
+            procs[name] = {"running": pid is not None, "pid": pid}
+        for node in self.nodes():
+            pid = daemons.alive(L.pidfile(f"slurmd-{node}"), "slurmd")
+            procs[f"slurmd-{node}"] = {"running": pid is not None, "pid": pid}
+        pg_pid = daemons.read_pid(L.pg / "data" / "postmaster.pid")
+        pg_up = (L.pg / "data" / "PG_VERSION").exists() and self._pg_running()
+        procs["postgresql"] = {"running": pg_up, "pid": pg_pid if pg_up else None}
+
+        nodes: list[dict[str, Any]] = []
+        slurm_error = None
+        try:
+            for n in CliSlurm(self.runner(10)).list_nodes():
+                nodes.append({"name": n.name, "state": n.state, "flags": sorted(n.flags),
+                              "reason": n.reason, "gres": n.gres, "gpus": n.gpus_total,
+                              "gpu_type": n.gpu_type, "features": list(n.features)})
+        except SlurmError as exc:
+            slurm_error = str(exc)
+        users = [{"user": u, "accounts": a, "default_account": a[0]}
+                 for u, a in self.cfg.budgets.user_accounts().items()]
+        return {
+            "state_dir": str(L.root),
+            "up": all(p["running"] for p in procs.values()),
+            "processes": procs,
+            "nodes": nodes,
+            "slurm_error": slurm_error,
+            "users": users,
+            "env": {k: v for k, v in self.env_exports().items() if k != "SLURM_ML_DSN"}
+            if (L.etc / "secrets.json").exists() else {},
+        }

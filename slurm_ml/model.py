@@ -1,0 +1,191 @@
+"""Core value types shared by every part of slurm-ml.
+
+They are frozen dataclasses so that policy code can pass them around freely
+and compare them by value. No I/O, no clock: that belongs at the edges.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    """One GPU model as the cluster names it (the GRES type, e.g. ``a100_80g``)."""
+
+    name: str
+    memory_gb: float
+    nvlink_links: int
+    compute_capability: str
+    billing_weight: float
+    feature: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """A group of identical nodes: same GPU type and count, same leaf switch."""
+
+    name: str
+    nodes: str  # a ClusterShell NodeSet expression, e.g. "gpu[01-02]"
+    gpu_type: str
+    gpus_per_node: int
+    leaf_switch: str
+    features: tuple[str, ...]
+    cpus: int
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetProject:
+    name: str
+    weight: float
+    users: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetProgram:
+    name: str
+    weight: float
+    projects: tuple[BudgetProject, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetTree:
+    """org -> program -> project -> users; weights are GPU-time budgets."""
+
+    org: str
+    programs: tuple[BudgetProgram, ...]
+
+    def accounts(self) -> list[tuple[str, str | None]]:
+        """Every Slurm account as (name, parent), parents first."""
+        out: list[tuple[str, str | None]] = [(self.org, None)]
+        for prog in self.programs:
+            out.append((prog.name, self.org))
+            out.extend((proj.name, prog.name) for proj in prog.projects)
+        return out
+
+    def user_accounts(self) -> dict[str, list[str]]:
+        """Each user and the project accounts they belong to, in config order."""
+        out: dict[str, list[str]] = {}
+        for prog in self.programs:
+            for proj in prog.projects:
+                for user in proj.users:
+                    out.setdefault(user, []).append(proj.name)
+        return out
+
+
+class JobState(enum.StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    OTHER = "OTHER"
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        head = text.split()[0].upper() if text.strip() else ""
+        try:
+            return cls(head)
+        except ValueError:
+            return cls.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """A GPU request normalised from any of tres_per_{node,job,task,socket}.
+
+    ``per`` says which scope ``count`` is counted in; ``gpu_type`` is None when
+    the request is untyped.
+    """
+
+    count: int
+    per: str  # "node" | "job" | "task" | "socket"
+    gpu_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as slurmctld reports it, normalised across Slurm versions."""
+
+    job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    qos: str
+    state: JobState
+    reason: str
+    nodes: str
+    num_nodes: int
+    gpus: tuple[GpuRequest, ...]
+    time_limit_min: int | None
+    time_min_min: int | None
+    requeue: bool
+    site_factor: int | None
+    priority: int | None
+    submit_time: int | None
+    start_time: int | None
+    features: str = ""
+    comment: str = ""
+    admin_comment: str = ""
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the job asks for in total, counted best-effort across scopes."""
+        total = 0
+        for g in self.gpus:
+            total += g.count * (self.num_nodes if g.per == "node" else 1)
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node as slurmctld reports it."""
+
+    name: str
+    state: str  # base state, e.g. IDLE, MIXED, ALLOCATED, DOWN
+    flags: frozenset[str]  # DRAIN, COMPLETING, NOT_RESPONDING, ...
+    reason: str
+    features: tuple[str, ...]
+    gres: str
+    gpus_total: int
+    gpu_type: str | None
+    cpus: int
+    real_memory_mb: int
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags or self.state in {"DRAINED", "DRAINING"}
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """One accounted job clipped to a window: what it allocated and for how long."""
+
+    job_id: int
+    user: str
+    account: str
+    qos: str
+    state: JobState
+    elapsed_s: int  # seconds inside the window (sacct --truncate)
+    alloc_tres: dict[str, float] = field(default_factory=dict)
+    start: int | None = None
+    end: int | None = None
+
+    @property
+    def gpus(self) -> float:
+        return self.alloc_tres.get("gres/gpu", 0.0)
+
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_s / 3600.0

@@ -1,0 +1,147 @@
+"""The one place slurm-ml starts a subprocess.
+
+Every external command (Slurm CLIs, sacctmgr, pg_ctl, apt-get, ...) goes
+through :func:`run`, so that each has a timeout, is killed with its whole
+process group when it overruns, and fails with a typed error that names the
+command instead of a bare ``CalledProcessError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class CommandError(Exception):
+    """Base class for every failure of an external command."""
+
+    def __init__(self, argv: Sequence[str], message: str) -> None:
+        self.argv = tuple(argv)
+        super().__init__(f"{_show(argv)}: {message}")
+
+
+class CommandNotFound(CommandError):
+    """The program does not exist or is not executable."""
+
+
+class CommandTimeout(CommandError):
+    """The program ran past its timeout; its process group was killed."""
+
+    def __init__(self, argv: Sequence[str], timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(argv, f"timed out after {timeout_s:g}s (process group killed)")
+
+
+class CommandFailed(CommandError):
+    """The program exited non-zero; carries its exit code and stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        detail = stderr.strip() or stdout.strip() or "(no output)"
+        super().__init__(argv, f"exit {returncode}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+
+def _show(argv: Sequence[str]) -> str:
+    return " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input_text: str | None = None,
+    cwd: str | None = None,
+) -> Result:
+    """Run ``argv`` (never through a shell) and return its output.
+
+    The child gets its own session so that a timeout kills everything it
+    spawned. ``env`` entries are added to the current environment.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            list(argv),
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise CommandNotFound(argv, "command not found") from exc
+    except PermissionError as exc:
+        raise CommandNotFound(argv, f"not executable: {exc}") from exc
+    try:
+        out, err = proc.communicate(input=input_text, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(proc)
+        raise CommandTimeout(argv, timeout_s) from exc
+    elapsed = time.monotonic() - start
+    log.debug("cmd=%r rc=%d elapsed_s=%.3f", _show(argv), proc.returncode, elapsed)
+    if check and proc.returncode != 0:
+        raise CommandFailed(argv, proc.returncode, out, err)
+    return Result(tuple(argv), proc.returncode, out, err, elapsed)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie that ignores SIGKILL
+        log.warning("cmd=%r pid=%d did not exit after SIGKILL", proc.args, proc.pid)
+
+
+def spawn_daemon(
+    argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None
+) -> int:
+    """Start a long-running process detached from us and return its pid.
+
+    Used only by the dev cluster for daemons that stay in the foreground
+    (slurmd -D, munged -F, ...). Output goes to ``log_path``.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,
+            )
+    except FileNotFoundError as exc:
+        raise CommandNotFound(argv, "command not found") from exc
+    return proc.pid

@@ -1,0 +1,178 @@
+"""CliSlurm: the real Slurm boundary, through the Slurm command-line tools.
+
+pyslurm cannot be installed for the Slurm versions we run (DESIGN.md), so
+every call is a CLI through :class:`SlurmRunner`: JSON where the version has
+it, ``scontrol -o`` one-liners otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+
+from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.slurm import parse
+from slurm_ml.slurm.batching import site_factor_batches
+from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
+from slurm_ml.slurm.protocol import SubmitRequest
+from slurm_ml.slurm.runner import SlurmRunner
+from slurm_ml.slurm.version import SlurmVersion
+
+log = logging.getLogger(__name__)
+
+# Messages scontrol prints for a job that ended between our read and our write:
+# not an error for a batch update, the job simply no longer needs a value.
+_GONE = ("Invalid job id", "Job has already finished", "already completing or completed")
+
+
+class CliSlurm:
+    """Talks to slurmctld and slurmdbd through squeue/scontrol/sacct/sacctmgr/sprio."""
+
+    def __init__(self, run: SlurmRunner | None = None, *, batch_size: int = 100) -> None:
+        self.run = run or SlurmRunner()
+        self.batch_size = batch_size
+        self._version: SlurmVersion | None = None
+
+    def version(self) -> SlurmVersion:
+        if self._version is None:
+            self._version = SlurmVersion.parse(self.run(["sinfo", "--version"]))
+        return self._version
+
+    # -------------------------------------------------------------- jobs
+    def submit(self, req: SubmitRequest) -> int:
+        argv = ["sbatch", "--parsable", f"--job-name={req.name}", f"--nodes={req.nodes}"]
+        opts = {
+            "--account": req.account, "--partition": req.partition, "--qos": req.qos,
+            "--gres": req.gres, "--gpus": req.gpus, "--time": req.time_limit,
+            "--time-min": req.time_min, "--constraint": req.constraint,
+            "--comment": req.comment, "--chdir": req.workdir,
+            "--ntasks": str(req.ntasks) if req.ntasks else None,
+        }
+        argv += [f"{k}={v}" for k, v in opts.items() if v is not None]
+        if req.requeue is not None:
+            argv.append("--requeue" if req.requeue else "--no-requeue")
+        if req.hold:
+            argv.append("--hold")
+        argv += ["--output=/dev/null", "--wrap", req.command]
+        if req.user != "root":
+            argv = ["runuser", "-u", req.user, "--", *argv]
+        out = self.run(argv).strip()
+        try:
+            return int(out.split(";")[0])
+        except ValueError as exc:
+            raise SlurmParseError(f"sbatch --parsable printed {out!r}") from exc
+
+    def list_jobs(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        job_ids: Collection[int] | None = None,
+        users: Collection[str] | None = None,
+    ) -> list[Job]:
+        """Jobs slurmctld knows, filtered here (22.05's squeue --json ignores filters)."""
+        jobs = parse.parse_squeue_json(self.run(["squeue", "--json"]))
+        jobs = self._fill_site_factor(jobs)
+        if states is not None:
+            jobs = [j for j in jobs if j.state in states]
+        if job_ids is not None:
+            wanted = set(job_ids)
+            jobs = [j for j in jobs if j.job_id in wanted]
+        if users is not None:
+            jobs = [j for j in jobs if j.user in users]
+        return jobs
+
+    def _fill_site_factor(self, jobs: list[Job]) -> list[Job]:
+        """Older squeue JSON lacks site_factor: take it from sprio for pending jobs."""
+        if all(j.site_factor is not None or j.state != JobState.PENDING for j in jobs):
+            return jobs
+        sites = self.site_factors()
+        return [replace(j, site_factor=sites.get(j.job_id, j.site_factor)) for j in jobs]
+
+    def site_factors(self) -> dict[int, int]:
+        """SiteFactor of every pending job, as ``sprio`` shows it."""
+        return parse.parse_sprio_site(self.run(["sprio", "-h", "-o", "%i %S"]))
+
+    def set_site_factor(self, factors: Mapping[int, int]) -> int:
+        """Set SiteFactor for many jobs; returns how many scontrol processes it took.
+
+        Jobs sharing a value go in one ``update JobId=a,b,c SiteFactor=N`` line,
+        and up to ``batch_size`` jobs' lines are fed to one scontrol on stdin.
+        """
+        batches = site_factor_batches(factors, self.batch_size)
+        calls = 0
+        chunk: list[str] = []
+        in_chunk = 0
+        for value, jobs in batches:
+            if in_chunk and in_chunk + len(jobs) > self.batch_size:
+                self._scontrol_script(chunk)
+                calls += 1
+                chunk, in_chunk = [], 0
+            chunk.append(f"update JobId={','.join(map(str, jobs))} SiteFactor={value}")
+            in_chunk += len(jobs)
+        if chunk:
+            self._scontrol_script(chunk)
+            calls += 1
+        return calls
+
+    def _scontrol_script(self, lines: list[str]) -> None:
+        argv = ["scontrol"]
+        try:
+            self.run(argv, input_text="\n".join([*lines, "quit", ""]))
+        except SlurmCommandError as exc:
+            real = [ln for ln in exc.stderr.splitlines() if not any(g in ln for g in _GONE)]
+            if real:
+                raise
+            log.info("site_factor_update skipped_ended_jobs=%d", len(exc.stderr.splitlines()))
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            self.run(["scontrol", "requeue", ",".join(map(str, job_ids))])
+
+    def cancel(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            self.run(["scancel", *map(str, job_ids)])
+
+    def release(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            self.run(["scontrol", "release", ",".join(map(str, job_ids))])
+
+    # ------------------------------------------------------------- nodes
+    def list_nodes(self) -> list[Node]:
+        return parse.parse_scontrol_nodes(self.run(["scontrol", "-o", "show", "node"]))
+
+    def drain_node(self, node: str, reason: str) -> None:
+        self.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume_node(self, node: str) -> None:
+        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+    # ---------------------------------------------------------- slurmdbd
+    def job_usage(self, start: int, end: int) -> list[JobUsage]:
+        """Allocations of every job that overlapped [start, end), clipped to it."""
+        text = self._sacct(start, end)
+        return parse.parse_sacct_usage(text, start, end)
+
+    def _sacct(self, start: int, end: int) -> str:
+        runner = SlurmRunner(env={**self.run.env, "SLURM_TIME_FORMAT": "%s"},
+                             timeout_s=max(self.run.timeout_s, 120))
+        return runner(
+            ["sacct", "-a", "-X", "-P", "-n", "--truncate",
+             f"--starttime={_sacct_time(start)}", f"--endtime={_sacct_time(end)}",
+             f"--format={','.join(parse.SACCT_FIELDS)}"]
+        )
+
+    def list_runaway_jobs(self) -> list[int]:
+        out = self.run(["sacctmgr", "-n", "-P", "show", "runawayjobs"], input_text="N\n")
+        return parse.parse_runaway(out)
+
+    def fix_runaway_jobs(self) -> list[int]:
+        ids = self.list_runaway_jobs()
+        if ids:
+            self.run(["sacctmgr", "-i", "show", "runawayjobs"])
+        return ids
+
+
+def _sacct_time(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))

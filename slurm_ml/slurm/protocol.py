@@ -1,0 +1,69 @@
+"""The Slurm boundary as a small Protocol: the real CLI client and the fake both satisfy it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.slurm.version import SlurmVersion
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """What a test, the demo or the simulator submits; mirrors the sbatch options we use."""
+
+    user: str
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    name: str = "job"
+    command: str = "sleep 1"
+    gres: str | None = None  # --gres, e.g. "gpu:a100_80g:2"
+    gpus: str | None = None  # --gpus
+    nodes: int = 1
+    ntasks: int | None = None
+    time_limit: str | None = None  # --time, e.g. "10" or "1:00:00"
+    time_min: str | None = None
+    requeue: bool | None = None
+    hold: bool = False
+    constraint: str | None = None
+    comment: str | None = None
+    workdir: str | None = None
+
+
+class SlurmClient(Protocol):
+    def version(self) -> SlurmVersion: ...
+
+    def submit(self, req: SubmitRequest) -> int: ...
+
+    def list_jobs(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        job_ids: Collection[int] | None = None,
+        users: Collection[str] | None = None,
+    ) -> list[Job]: ...
+
+    def list_nodes(self) -> list[Node]: ...
+
+    def job_usage(self, start: int, end: int) -> list[JobUsage]: ...
+
+    def set_site_factor(self, factors: Mapping[int, int]) -> int: ...
+
+    def site_factors(self) -> dict[int, int]: ...
+
+    def requeue(self, job_ids: Sequence[int]) -> None: ...
+
+    def cancel(self, job_ids: Sequence[int]) -> None: ...
+
+    def release(self, job_ids: Sequence[int]) -> None: ...
+
+    def drain_node(self, node: str, reason: str) -> None: ...
+
+    def resume_node(self, node: str) -> None: ...
+
+    def list_runaway_jobs(self) -> list[int]: ...
+
+    def fix_runaway_jobs(self) -> list[int]: ...

@@ -1,0 +1,168 @@
+"""Render slurm.conf, gres.conf, topology.conf and slurmdbd.conf from templates.
+
+The templates live in ``conf/`` and are the ones an admin starts from; this
+module only fills their ``${placeholders}``. The few generated blocks (node,
+partition, GRES and switch lines) are derived from slurm-ml.yaml so that the
+cluster and the policy can never disagree about GPU types or topology.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_ml.config import Config
+
+TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
+
+
+class TemplateError(Exception):
+    """A template is missing or names a placeholder we do not provide."""
+
+
+@dataclass(frozen=True, slots=True)
+class SiteParams:
+    """Where and how this cluster runs: everything not in slurm-ml.yaml."""
+
+    controller_host: str
+    state_dir: str
+    run_dir: str
+    log_dir: str
+    gpu_dev_dir: str
+    auth_info: str = ""
+    slurm_user: str = "slurm"
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    slurmdbd_port: int = 6819
+    dbd_host: str = "localhost"
+    node_addr: str = ""  # non-empty: every node runs on this host (multiple-slurmd)
+    node_port_base: int = 0  # non-zero: node i listens on node_port_base + i
+    mysql_port: int = 3306
+    mysql_user: str = "slurm"
+    mysql_password: str = ""
+    mysql_db: str = "slurm_acct_db"
+    prolog: str = ""
+    epilog: str = ""
+    job_submit_plugins: str = ""
+    prolog_epilog_timeout_s: int = 60
+    priority_weight_fairshare: int = 100
+    priority_weight_age: int = 100
+    priority_weight_qos: int = 1000
+    header: str = "Do not edit by hand: re-render instead."
+
+
+def conf_dir() -> Path:
+    """The directory holding the templates (``$SLURM_ML_CONF_DIR`` or the repo's ``conf/``)."""
+    env = os.environ.get("SLURM_ML_CONF_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "conf"
+
+
+def accounting_tres(cfg: Config) -> str:
+    return ",".join(["gres/gpu", *(f"gres/gpu:{name}" for name in sorted(cfg.gpu_types))])
+
+
+def billing_weights(cfg: Config) -> str:
+    """TRESBillingWeights: only GPUs are billed, each type by its weight."""
+    parts = ["CPU=0", "Mem=0"]
+    parts += [f"GRES/gpu:{n}={t.billing_weight:g}" for n, t in sorted(cfg.gpu_types.items())]
+    return ",".join(parts)
+
+
+def node_lines(cfg: Config, site: SiteParams) -> str:
+    lines: list[str] = []
+    index = 0
+    for nc in cfg.node_classes:
+        for node in NodeSet(nc.nodes):
+            fields = [f"NodeName={node}"]
+            if site.node_addr:
+                fields += [f"NodeHostname={site.controller_host}", f"NodeAddr={site.node_addr}"]
+            if site.node_port_base:
+                fields.append(f"Port={site.node_port_base + index}")
+            fields += [
+                f"CPUs={nc.cpus}",
+                f"RealMemory={nc.memory_mb}",
+                f"Gres=gpu:{nc.gpu_type}:{nc.gpus_per_node}",
+                f"Features={','.join(nc.features)}",
+                "State=UNKNOWN",
+            ]
+            lines.append(" ".join(fields))
+            index += 1
+    return "\n".join(lines)
+
+
+def partition_lines(cfg: Config) -> str:
+    weights = billing_weights(cfg)
+    lines = []
+    for p in cfg.cluster.partitions:
+        lines.append(
+            f"PartitionName={p.name} Nodes={p.nodes} Default={'YES' if p.default else 'NO'} "
+            f"MaxTime={p.max_time_min} State=UP OverSubscribe=NO "
+            f'TRESBillingWeights="{weights}"'
+        )
+    return "\n".join(lines)
+
+
+def gres_lines(cfg: Config, site: SiteParams) -> str:
+    lines = []
+    for nc in cfg.node_classes:
+        last = nc.gpus_per_node - 1
+        files = f"{site.gpu_dev_dir}/nvidia[0-{last}]" if last else f"{site.gpu_dev_dir}/nvidia0"
+        lines.append(f"NodeName={nc.nodes} Name=gpu Type={nc.gpu_type} File={files}")
+    return "\n".join(lines)
+
+
+def switch_lines(cfg: Config) -> str:
+    leaves: dict[str, NodeSet] = {}
+    for nc in cfg.node_classes:
+        leaves.setdefault(nc.leaf_switch, NodeSet()).update(NodeSet(nc.nodes))
+    lines = [f"SwitchName={leaf} Nodes={nodes}" for leaf, nodes in leaves.items()]
+    lines.append(f"SwitchName=spine Switches={','.join(leaves)}")
+    return "\n".join(lines)
+
+
+def _values(cfg: Config, site: SiteParams) -> dict[str, str]:
+    values = {k: str(v) for k, v in asdict(site).items()}
+    values.update(
+        cluster_name=cfg.cluster.name,
+        accounting_tres=accounting_tres(cfg),
+        node_lines=node_lines(cfg, site),
+        partition_lines=partition_lines(cfg),
+        gres_lines=gres_lines(cfg, site),
+        switch_lines=switch_lines(cfg),
+        prolog_line=f"Prolog={site.prolog}" if site.prolog else "#Prolog= (not installed)",
+        epilog_line=f"Epilog={site.epilog}" if site.epilog else "#Epilog= (not installed)",
+        job_submit_line=(
+            f"JobSubmitPlugins={site.job_submit_plugins}"
+            if site.job_submit_plugins
+            else "#JobSubmitPlugins= (not installed)"
+        ),
+    )
+    return values
+
+
+def render_text(template: str, cfg: Config, site: SiteParams, *, name: str = "<template>") -> str:
+    """Fill one template's placeholders; an unknown placeholder is a TemplateError."""
+    try:
+        return string.Template(template).substitute(_values(cfg, site))
+    except (KeyError, ValueError) as exc:
+        raise TemplateError(f"{name}: unknown or malformed placeholder {exc}") from exc
+
+
+def render_all(cfg: Config, site: SiteParams, templates: Path | None = None) -> dict[str, str]:
+    """Render every template in ``templates`` (default :func:`conf_dir`) → {file name: text}."""
+    base = templates or conf_dir()
+    out: dict[str, str] = {}
+    for name in TEMPLATES:
+        path = base / f"{name}.tmpl"
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise TemplateError(f"{path}: cannot read template: {exc.strerror}") from exc
+        out[name] = render_text(text, cfg, site, name=str(path))
+    return out

@@ -1,0 +1,69 @@
+"""Normalise GPU requests and TRES strings across Slurm versions.
+
+22.05 writes ``gres:gpu:a100:2`` in tres_per_*; 23.11+ writes
+``gres/gpu:a100:2``; users and old tools write ``gpu:a100:2``. AllocTRES
+strings look like ``billing=8,cpu=2,gres/gpu:a100_80g=2,gres/gpu=2,node=1``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurm_ml.model import GpuRequest
+
+_GPU = re.compile(
+    r"^(?:gres[:/])?gpu"  # optional gres prefix, either separator
+    r"(?::(?P<type>[A-Za-z][\w.\-]*))?"  # optional type (never all digits)
+    r"(?:[:=](?P<count>\d+))?$"
+)
+
+
+def parse_gpu_spec(text: str, per: str) -> list[GpuRequest]:
+    """GPU requests in one ``tres_per_*`` value; non-GPU GRES are ignored.
+
+    ``None``/"" → []. A bare ``gpu`` counts as one GPU, as Slurm does.
+    """
+    out: list[GpuRequest] = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item or "gpu" not in item:
+            continue
+        m = _GPU.match(item)
+        if not m:
+            continue
+        count = int(m["count"]) if m["count"] else 1
+        out.append(GpuRequest(count=count, per=per, gpu_type=m["type"]))
+    return out
+
+
+def parse_tres(text: str) -> dict[str, float]:
+    """``cpu=2,mem=1G,gres/gpu=2`` → {"cpu": 2, "mem": 1024 (MB), "gres/gpu": 2}."""
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if "=" not in item:
+            continue
+        key, _, value = item.partition("=")
+        out[key.strip()] = _number(value.strip())
+    return out
+
+
+_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+
+
+def _number(value: str) -> float:
+    if value and value[-1].upper() in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return float(value[:-1]) * _UNITS[value[-1].upper()]
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0
+
+
+def gpu_type_of_gres(gres: str) -> tuple[str | None, int]:
+    """A node's ``Gres=gpu:a100_80g:8(S:0)`` → ("a100_80g", 8)."""
+    for item in (gres or "").split(","):
+        item = re.sub(r"\(.*?\)", "", item).strip()
+        reqs = parse_gpu_spec(item, "node")
+        if reqs:
+            return reqs[0].gpu_type, reqs[0].count
+    return None, 0
