@@ -16,7 +16,7 @@ from pathlib import Path
 
 def read_pid(pidfile: Path) -> int | None:
     try:
-        text = pidfile.read_text().strip()
+        text = pidfile.read_text().split("\n", 1)[0].strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None

@@ -1,0 +1,188 @@
+"""Parsers on real captured Slurm output (tests/fixtures/slurm/<version>/SOURCES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurm_ml.model import GpuRequest, JobState
+from slurm_ml.slurm import parse
+from slurm_ml.slurm.errors import SlurmParseError
+from slurm_ml.slurm.tres import gpu_type_of_gres, parse_gpu_spec, parse_tres
+from slurm_ml.slurm.version import SlurmVersion
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+V22 = FIX / "22.05"
+
+
+def read(version: str, name: str) -> str:
+    return (FIX / version / name).read_text()
+
+
+# ------------------------------------------------------------------ 22.05
+
+
+def test_squeue_json_2205_normalises_every_gpu_scope() -> None:
+    jobs = {j.job_id: j for j in parse.parse_squeue_json(read("22.05", "squeue.json"))}
+    assert len([j for j in jobs.values() if j.state is not JobState.CANCELLED]) == 10
+    by_req = {j.job_id: j.gpus for j in jobs.values()}
+    assert GpuRequest(2, "node", "a100_80g") in by_req[11]
+    assert by_req[12] == (GpuRequest(3, "job", None),)
+    assert by_req[13] == (GpuRequest(1, "node", None),) and jobs[13].num_nodes == 2
+    assert by_req[14] == (GpuRequest(1, "task", None),)
+    assert jobs[13].total_gpus == 2
+
+
+def test_squeue_json_2205_fields() -> None:
+    jobs = {j.job_id: j for j in parse.parse_squeue_json(read("22.05", "squeue.json"))}
+    j = jobs[15]
+    assert (j.user, j.account, j.qos) == ("alice", "detection", "alloc")
+    assert j.state is JobState.RUNNING
+    assert (j.time_limit_min, j.time_min_min, j.requeue) == (60, 10, True)
+    assert jobs[16].features == "a100_80g" and jobs[16].state is JobState.PENDING
+    assert jobs[18].comment == "gpu_mem=30G"
+    assert jobs[19].qos == "free"
+    assert jobs[11].time_min_min is None  # 0 means "not set"
+    assert all(j.site_factor is None for j in jobs.values())  # 22.05 JSON has no site_factor
+
+
+def test_scontrol_jobs_2205_agree_with_squeue_json() -> None:
+    one = {j.job_id: j for j in parse.parse_scontrol_jobs(read("22.05", "scontrol_show_job_o.txt"))}
+    js = {j.job_id: j for j in parse.parse_squeue_json(read("22.05", "squeue.json"))}
+    assert set(js) <= set(one)
+    for jid, j in js.items():
+        o = one[jid]
+        assert (o.user, o.account, o.qos, o.state) == (j.user, j.account, j.qos, j.state)
+        assert o.gpus == j.gpus, jid
+        assert o.time_limit_min == j.time_limit_min
+        assert o.time_min_min == j.time_min_min
+
+
+def test_scontrol_nodes_2205() -> None:
+    nodes = {n.name: n for n in parse.parse_scontrol_nodes(read("22.05", "scontrol_show_node_o.txt"))}
+    assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 7)]
+    assert nodes["gpu01"].gpu_type == "a100_80g" and nodes["gpu01"].gpus_total == 8
+    assert nodes["gpu05"].features == ("v100", "pcie")
+    g6 = nodes["gpu06"]
+    assert g6.drained and g6.state == "MIXED"
+    assert g6.reason == "slurm-ml: nvlink gpu3 inactive"  # the [user@time] stamp is dropped
+    assert not nodes["gpu03"].drained and nodes["gpu03"].state == "IDLE"
+    assert nodes["gpu01"].cpus == 64 and nodes["gpu01"].real_memory_mb == 512000
+
+
+def test_sacct_usage_2205_clips_to_window_and_skips_unstarted() -> None:
+    text = read("22.05", "sacct_truncate_p.txt")
+    usage = parse.parse_sacct_usage(text, 0, 2**40)
+    by_id = {u.job_id: u for u in usage}
+    assert by_id[23].gpus == 2 and by_id[23].elapsed_s == 5 and by_id[23].qos == "alloc"
+    assert by_id[23].alloc_tres["gres/gpu:a100_80g"] == 2
+    assert by_id[25].qos == "free" and by_id[25].gpus == 4
+    assert by_id[24].state is JobState.COMPLETED and by_id[26].state is JobState.FAILED
+    assert by_id[23].gpu_hours() == pytest.approx(2 * 5 / 3600)
+    # the array task records are charged per task, under the array's job id
+    assert sum(1 for u in usage if u.job_id == 17) == 3
+    # a window that ends mid-job charges only the part inside it
+    start = by_id[23].start
+    assert start is not None
+    clipped = {u.job_id: u for u in parse.parse_sacct_usage(text, start + 2, start + 4)}
+    assert clipped[23].elapsed_s == 2
+
+
+def test_sprio_site_2205() -> None:
+    assert parse.parse_sprio_site(read("22.05", "sprio_site.txt")) == {16: 0, 17: 0, 19: 0}
+
+
+def test_runaway_none_2205() -> None:
+    assert parse.parse_runaway(read("22.05", "sacctmgr_runawayjobs.txt")) == []
+
+
+def test_error_captures_2205_name_the_problem() -> None:
+    for f in V22.glob("err_*.stderr.txt"):
+        text = f.read_text()
+        assert "exit=1" in text and ("Invalid" in text), f.name
+
+
+def test_version_facts() -> None:
+    v = SlurmVersion.parse(read("22.05", "versions.txt"))
+    assert str(v) == "22.05.8" and not v.scontrol_json and v.gres_tres_separator == ":"
+    v24 = SlurmVersion.parse("slurm 24.11.5")
+    assert v24.scontrol_json and v24.gres_tres_separator == "/"
+    with pytest.raises(Exception, match="older than 22.05"):
+        SlurmVersion.parse("slurm 21.08.8")
+    with pytest.raises(SlurmParseError):
+        SlurmVersion.parse("no version here")
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+@pytest.mark.parametrize(
+    ("text", "per", "want"),
+    [
+        ("gres:gpu:a100:2", "node", [GpuRequest(2, "node", "a100")]),
+        ("gres/gpu:a100_80g:2", "node", [GpuRequest(2, "node", "a100_80g")]),
+        ("gres/gpu:4", "job", [GpuRequest(4, "job", None)]),
+        ("gpu:h100:8", "node", [GpuRequest(8, "node", "h100")]),
+        ("gres/gpu", "node", [GpuRequest(1, "node", None)]),
+        ("gres/gpu=3", "task", [GpuRequest(3, "task", None)]),
+        ("gres:nic:1,gres:gpu:v100:4", "node", [GpuRequest(4, "node", "v100")]),
+        ("", "node", []),
+        ("gres:mps:100", "node", []),
+    ],
+)
+def test_parse_gpu_spec(text: str, per: str, want: list[GpuRequest]) -> None:
+    assert parse_gpu_spec(text, per) == want
+
+
+def test_parse_tres_units() -> None:
+    t = parse_tres("billing=8,cpu=2,mem=1G,gres/gpu:a100_80g=2,gres/gpu=2,node=1")
+    assert t == {"billing": 8, "cpu": 2, "mem": 1024, "gres/gpu:a100_80g": 2, "gres/gpu": 2,
+                 "node": 1}
+
+
+def test_gpu_type_of_gres() -> None:
+    assert gpu_type_of_gres("gpu:a100_80g:8(S:0-1)") == ("a100_80g", 8)
+    assert gpu_type_of_gres("(null)") == (None, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [("7-00:00:00", 10080), ("01:00:00", 60), ("00:10:00", 10), ("45", 45),
+     ("UNLIMITED", None), ("Partition_Limit", None), ("N/A", None), ("1-12", 2160)],
+)
+def test_timelimit(text: str, minutes: int | None) -> None:
+    assert parse.parse_timelimit_min(text) == minutes
+
+
+def test_oneliner_values_with_spaces() -> None:
+    f = parse.parse_oneliner("NodeName=n1 State=IDLE+DRAIN Reason=slurm-ml: xid 79 gpu2 [root@t] X=1")
+    assert f["Reason"] == "slurm-ml: xid 79 gpu2 [root@t]" and f["X"] == "1"
+
+
+def test_node_state_split() -> None:
+    assert parse.split_node_state("IDLE+DRAIN") == ("IDLE", frozenset({"DRAIN"}))
+    assert parse.split_node_state("DOWN*") == ("DOWN", frozenset({"NOT_RESPONDING"}))
+    assert parse.split_node_state("DRAINED") == ("IDLE", frozenset({"DRAIN"}))
+
+
+def test_bad_json_is_a_named_error() -> None:
+    with pytest.raises(SlurmParseError, match="not JSON"):
+        parse.parse_squeue_json("squeue: error: Unable to contact slurm controller")
+    with pytest.raises(SlurmParseError, match="no 'jobs' list"):
+        parse.parse_squeue_json("{}")
+    with pytest.raises(SlurmParseError, match="fields"):
+        parse.parse_sacct_usage("1|alice", 0, 1)
+
+
+@given(st.text())
+def test_oneliner_never_crashes(text: str) -> None:
+    parse.parse_oneliner(text)
+
+
+@given(st.text())
+def test_gpu_spec_never_crashes(text: str) -> None:
+    for r in parse_gpu_spec(text, "node"):
+        assert r.count >= 0
