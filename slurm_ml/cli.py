@@ -45,7 +45,7 @@ def main(verbose: int) -> None:
 
 
 def _load_config(path: str | Path) -> Any:
-    from slurm_ml.config import ConfigError, load_config  # noqa: PLC0415
+    from slurm_ml.config import ConfigError, load_config
 
     try:
         return load_config(path)
@@ -64,7 +64,7 @@ def config() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def config_check(file: str, as_json: bool) -> None:
     """Validate FILE. Exit 0 when valid; exit 2 with every error, `path: message` per line."""
-    from slurm_ml.config import ConfigError, load_config  # noqa: PLC0415
+    from slurm_ml.config import ConfigError, load_config
 
     try:
         cfg = load_config(file)
@@ -98,8 +98,8 @@ def db() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def db_migrate(dsn: str, as_json: bool) -> None:
     """Apply pending schema migrations (idempotent)."""
-    from slurm_ml.store.errors import StoreError  # noqa: PLC0415
-    from slurm_ml.store.migrate import migrate  # noqa: PLC0415
+    from slurm_ml.store.errors import StoreError
+    from slurm_ml.store.migrate import migrate
 
     try:
         applied = migrate(dsn)
@@ -124,8 +124,8 @@ def _state_opt(f: Any) -> Any:
 
 
 def _cluster(state_dir: str | None, config_path: str | None) -> Any:
-    from slurm_ml.devcluster.cluster import DevCluster  # noqa: PLC0415
-    from slurm_ml.devcluster.layout import Layout  # noqa: PLC0415
+    from slurm_ml.devcluster.cluster import DevCluster
+    from slurm_ml.devcluster.layout import Layout
 
     root = Path(state_dir or os.environ.get("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
     cfg = _load_config(config_path or DEFAULT_CONFIG)
@@ -133,11 +133,11 @@ def _cluster(state_dir: str | None, config_path: str | None) -> Any:
 
 
 def _devcluster_errors() -> tuple[type[BaseException], ...]:
-    from slurm_ml.devcluster.platform import DevClusterError  # noqa: PLC0415
-    from slurm_ml.proc import CommandError  # noqa: PLC0415
-    from slurm_ml.slurm.errors import SlurmError  # noqa: PLC0415
-    from slurm_ml.slurm.render import TemplateError  # noqa: PLC0415
-    from slurm_ml.store.errors import StoreError  # noqa: PLC0415
+    from slurm_ml.devcluster.platform import DevClusterError
+    from slurm_ml.proc import CommandError
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.slurm.render import TemplateError
+    from slurm_ml.store.errors import StoreError
 
     return (DevClusterError, CommandError, SlurmError, TemplateError, StoreError,
             TimeoutError, OSError)
@@ -148,7 +148,7 @@ def _devcluster_errors() -> tuple[type[BaseException], ...]:
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
 def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bool) -> None:
     """Bring the dev cluster up (idempotent; needs root)."""
-    from slurm_ml.devcluster.platform import NotRoot  # noqa: PLC0415
+    from slurm_ml.devcluster.platform import NotRoot
 
     cluster = _cluster(state_dir, config_path)
     try:
@@ -166,7 +166,7 @@ def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bo
 def devcluster_down(state_dir: str | None, config_path: str | None, destroy: bool,
                     as_json: bool) -> None:
     """Stop the processes `up` started (by pid), nothing else."""
-    from slurm_ml.devcluster.platform import NotRoot  # noqa: PLC0415
+    from slurm_ml.devcluster.platform import NotRoot
 
     cluster = _cluster(state_dir, config_path)
     try:
@@ -224,8 +224,8 @@ def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
     """Run a small GPU workload as the researcher users and show the result."""
-    from slurm_ml.devcluster.demo import run_demo  # noqa: PLC0415
-    from slurm_ml.slurm.client import CliSlurm  # noqa: PLC0415
+    from slurm_ml.devcluster.demo import run_demo
+    from slurm_ml.slurm.client import CliSlurm
 
     cluster = _cluster(state_dir, config_path)
     slurm = CliSlurm(cluster.runner())

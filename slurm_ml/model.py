@@ -94,7 +94,7 @@ class JobState(enum.StrEnum):
 
     @classmethod
     def parse(cls, text: str) -> JobState:
-        head = text.split()[0].upper() if text.strip() else ""
+        head = text.split(maxsplit=1)[0].upper() if text.strip() else ""
         try:
             return cls(head)
         except ValueError:

@@ -8,6 +8,7 @@ command instead of a bare ``CalledProcessError``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -84,7 +85,7 @@ def run(
         full_env.update(env)
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -111,10 +112,8 @@ def run(
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     try:
         proc.communicate(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - a zombie that ignores SIGKILL
@@ -134,7 +133,7 @@ def spawn_daemon(
         full_env.update(env)
     try:
         with open(log_path, "ab") as logf:
-            proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            proc = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,

@@ -46,13 +46,13 @@ def pg_dsn(admin_dsn: str) -> Iterator[str]:
     """DSN of a fresh, empty database, dropped after the test."""
     import psycopg
     from psycopg import sql
+    from psycopg.conninfo import make_conninfo
 
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    base, _, _ = admin_dsn.rpartition("/")
     try:
-        yield f"{base}/{name}"
+        yield make_conninfo(admin_dsn, dbname=name)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(

@@ -113,7 +113,8 @@ class DevCluster:
             step()
         self._write_env()
         self.say(f"dev cluster up in {time.monotonic() - t0:.0f}s; state in {self.layout.root}")
-        self.say(f"use it with:  eval \"$(slurm-ml devcluster env --state-dir {self.layout.root})\"")
+        env_cmd = f"slurm-ml devcluster env --state-dir {self.layout.root}"
+        self.say(f'use it with:  eval "$({env_cmd})"')
 
     def _packages(self) -> None:
         added = platform.ensure_packages(self.say)
@@ -319,15 +320,19 @@ class DevCluster:
                                            "/usr/lib/postgresql; install package postgresql")
         return str(versions[-1] / name)
 
-    def _as_postgres(self, argv: list[str], timeout_s: float = 60) -> proc.Result:
-        return proc.run(["runuser", "-u", "postgres", "--", *argv], timeout_s=timeout_s)
+    def _as_postgres(self, argv: list[str], timeout_s: float = 60,
+                     input_text: str | None = None) -> proc.Result:
+        return proc.run(["runuser", "-u", "postgres", "--", *argv], timeout_s=timeout_s,
+                        input_text=input_text)
 
-    def _psql(self, sql: str) -> str:
+    def _psql(self, sql: str, **params: str) -> str:
+        """Run ``sql`` as the postgres superuser; ``:'name'`` / ``:"name"`` are quoted by psql."""
         L = self.layout
-        return self._as_postgres(
-            ["psql", "-h", str(L.run), "-p", str(L.ports.postgres), "-d", "postgres",
-             "-v", "ON_ERROR_STOP=1", "-tA", "-c", sql]
-        ).stdout
+        argv = ["psql", "-h", str(L.run), "-p", str(L.ports.postgres), "-d", "postgres",
+                "-v", "ON_ERROR_STOP=1", "-tA", "-f", "-"]
+        for k, v in params.items():
+            argv += ["-v", f"{k}={v}"]
+        return self._as_postgres(argv, input_text=sql).stdout
 
     def _postgres(self) -> None:
         L = self.layout
@@ -349,12 +354,12 @@ class DevCluster:
                  "-w", "-t", "60", "start"],
                 timeout_s=90,
             )
-        pw = self._secrets().pg_password
-        exists = self._psql(f"SELECT 1 FROM pg_roles WHERE rolname='{PG_USER}'").strip()
+        p = {"role": PG_USER, "db": PG_DB, "pw": self._secrets().pg_password}
+        exists = self._psql("SELECT 1 FROM pg_roles WHERE rolname = :'role'", **p).strip()
         verb = "ALTER" if exists else "CREATE"
-        self._psql(f"{verb} ROLE {PG_USER} LOGIN PASSWORD '{pw}' CREATEDB")
-        if not self._psql(f"SELECT 1 FROM pg_database WHERE datname='{PG_DB}'").strip():
-            self._psql(f"CREATE DATABASE {PG_DB} OWNER {PG_USER}")
+        self._psql(verb + ' ROLE :"role" LOGIN PASSWORD :\'pw\' CREATEDB', **p)
+        if not self._psql("SELECT 1 FROM pg_database WHERE datname = :'db'", **p).strip():
+            self._psql('CREATE DATABASE :"db" OWNER :"role"', **p)
 
     def _pg_running(self) -> bool:
         res = proc.run(["runuser", "-u", "postgres", "--", self._pg_bin("pg_ctl"), "status",
@@ -362,7 +367,7 @@ class DevCluster:
         return res.returncode == 0
 
     def _migrate(self) -> None:
-        from slurm_ml.store.migrate import migrate  # noqa: PLC0415 - optional until store lands
+        from slurm_ml.store.migrate import migrate
 
         applied = migrate(self.dsn())
         if applied:

@@ -7,6 +7,7 @@ program we expect before signalling it (pids get reused).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -55,7 +56,7 @@ def wait_for(
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001, S110 - a failing probe means "not yet"
+        except Exception:
             pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready after {timeout_s:g}s")
@@ -75,9 +76,7 @@ def stop(pidfile: Path, program: str, timeout_s: float = 15.0) -> bool:
             break
         time.sleep(0.2)
     else:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     pidfile.unlink(missing_ok=True)
     return True

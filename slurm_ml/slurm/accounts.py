@@ -20,8 +20,10 @@ class QosSpec:
     settings: tuple[tuple[str, str], ...]  # sacctmgr "set" options, in order
 
 
-def default_qos_specs(min_runtime_cap_hours: float = 8, grace_time_s: int = 120) -> list[QosSpec]:
-    """QOS ``alloc`` (charged, protected, may preempt ``free``) and ``free`` (uncharged, requeued)."""
+def default_qos_specs(
+    min_runtime_cap_hours: float = 8, grace_time_s: int = 120
+) -> list[QosSpec]:
+    """QOS ``alloc`` (charged, protected, preempts ``free``) and ``free`` (uncharged, requeued)."""
     return [
         QosSpec(
             "free",

@@ -24,8 +24,8 @@ def parse_gpu_spec(text: str, per: str) -> list[GpuRequest]:
     ``None``/"" → []. A bare ``gpu`` counts as one GPU, as Slurm does.
     """
     out: list[GpuRequest] = []
-    for item in (text or "").split(","):
-        item = item.strip()
+    for raw in (text or "").split(","):
+        item = raw.strip()
         if not item or "gpu" not in item:
             continue
         m = _GPU.match(item)
@@ -61,9 +61,8 @@ def _number(value: str) -> float:
 
 def gpu_type_of_gres(gres: str) -> tuple[str | None, int]:
     """A node's ``Gres=gpu:a100_80g:8(S:0)`` → ("a100_80g", 8)."""
-    for item in (gres or "").split(","):
-        item = re.sub(r"\(.*?\)", "", item).strip()
-        reqs = parse_gpu_spec(item, "node")
+    for raw in (gres or "").split(","):
+        reqs = parse_gpu_spec(re.sub(r"\(.*?\)", "", raw).strip(), "node")
         if reqs:
             return reqs[0].gpu_type, reqs[0].count
     return None, 0

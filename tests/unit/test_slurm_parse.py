@@ -62,7 +62,8 @@ def test_scontrol_jobs_2205_agree_with_squeue_json() -> None:
 
 
 def test_scontrol_nodes_2205() -> None:
-    nodes = {n.name: n for n in parse.parse_scontrol_nodes(read("22.05", "scontrol_show_node_o.txt"))}
+    text = read("22.05", "scontrol_show_node_o.txt")
+    nodes = {n.name: n for n in parse.parse_scontrol_nodes(text)}
     assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 7)]
     assert nodes["gpu01"].gpu_type == "a100_80g" and nodes["gpu01"].gpus_total == 8
     assert nodes["gpu05"].features == ("v100", "pcie")
@@ -110,7 +111,7 @@ def test_version_facts() -> None:
     assert str(v) == "22.05.8" and not v.scontrol_json and v.gres_tres_separator == ":"
     v24 = SlurmVersion.parse("slurm 24.11.5")
     assert v24.scontrol_json and v24.gres_tres_separator == "/"
-    with pytest.raises(Exception, match="older than 22.05"):
+    with pytest.raises(Exception, match=r"older than 22\.05"):
         SlurmVersion.parse("slurm 21.08.8")
     with pytest.raises(SlurmParseError):
         SlurmVersion.parse("no version here")
@@ -158,7 +159,8 @@ def test_timelimit(text: str, minutes: int | None) -> None:
 
 
 def test_oneliner_values_with_spaces() -> None:
-    f = parse.parse_oneliner("NodeName=n1 State=IDLE+DRAIN Reason=slurm-ml: xid 79 gpu2 [root@t] X=1")
+    line = "NodeName=n1 State=IDLE+DRAIN Reason=slurm-ml: xid 79 gpu2 [root@t] X=1"
+    f = parse.parse_oneliner(line)
     assert f["Reason"] == "slurm-ml: xid 79 gpu2 [root@t]" and f["X"] == "1"
 
 

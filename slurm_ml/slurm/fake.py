@@ -1,0 +1,165 @@
+"""FakeSlurm: a stateful in-memory Slurm for unit tests of code above the boundary.
+
+It keeps jobs, nodes and accounting in dicts and behaves like slurmctld for
+the operations in :class:`SlurmClient` (unknown ids raise SlurmCommandError
+with Slurm's own message, requeue puts a job back to PENDING, and so on).
+It also counts calls, so tests can check batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
+from slurm_ml.slurm.batching import site_factor_batches
+from slurm_ml.slurm.errors import SlurmCommandError
+from slurm_ml.slurm.protocol import SubmitRequest
+from slurm_ml.slurm.tres import parse_gpu_spec
+from slurm_ml.slurm.version import SlurmVersion
+
+_ENDED = {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
+          JobState.NODE_FAIL, JobState.PREEMPTED, JobState.OUT_OF_MEMORY}
+
+
+class FakeSlurm:
+    def __init__(self, nodes: Iterable[Node] = (), *, version: str = "22.05.8",
+                 batch_size: int = 100) -> None:
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self.jobs: dict[int, Job] = {}
+        self.usage: list[JobUsage] = []
+        self.runaway: set[int] = set()
+        self.calls: list[tuple[str, ...]] = []
+        self.batch_size = batch_size
+        self._version = SlurmVersion.parse(version)
+        self._next_id = 1
+
+    def _call(self, *argv: str) -> None:
+        self.calls.append(argv)
+
+    def _err(self, what: str) -> SlurmCommandError:
+        return SlurmCommandError(("scontrol",), 1, what)
+
+    def version(self) -> SlurmVersion:
+        return self._version
+
+    def submit(self, req: SubmitRequest) -> int:
+        self._call("sbatch")
+        jid = self._next_id
+        self._next_id += 1
+        gpus: list[GpuRequest] = []
+        if req.gres:
+            gpus += parse_gpu_spec(req.gres, "node")
+        if req.gpus:
+            gpus += parse_gpu_spec(f"gpu:{req.gpus}", "job")
+        self.jobs[jid] = Job(
+            job_id=jid, name=req.name, user=req.user, account=req.account or "",
+            partition=req.partition or "gpu", qos=req.qos or "alloc", state=JobState.PENDING,
+            reason="JobHeldUser" if req.hold else "Priority", nodes="", num_nodes=req.nodes,
+            gpus=tuple(gpus), time_limit_min=None, time_min_min=None,
+            requeue=req.requeue is not False, site_factor=0, priority=0, submit_time=None,
+            start_time=None, features=req.constraint or "", comment=req.comment or "",
+        )
+        return jid
+
+    def list_jobs(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        job_ids: Collection[int] | None = None,
+        users: Collection[str] | None = None,
+    ) -> list[Job]:
+        self._call("squeue")
+        return [
+            j for j in self.jobs.values()
+            if (states is None or j.state in states)
+            and (job_ids is None or j.job_id in job_ids)
+            and (users is None or j.user in users)
+        ]
+
+    def list_nodes(self) -> list[Node]:
+        self._call("scontrol", "show", "node")
+        return list(self.nodes.values())
+
+    def job_usage(self, start: int, end: int) -> list[JobUsage]:
+        self._call("sacct")
+        out = []
+        for u in self.usage:
+            if u.job_id in self.runaway or u.start is None:
+                continue
+            lo, hi = max(u.start, start), min(u.end if u.end is not None else end, end)
+            if hi > lo:
+                out.append(replace(u, elapsed_s=hi - lo))
+        return out
+
+    def set_site_factor(self, factors: Mapping[int, int]) -> int:
+        calls = 0
+        in_chunk = 0
+        for value, jobs in site_factor_batches(factors, self.batch_size):
+            if in_chunk == 0 or in_chunk + len(jobs) > self.batch_size:
+                calls += 1
+                in_chunk = 0
+                self._call("scontrol", "update", "SiteFactor")
+            in_chunk += len(jobs)
+            for jid in jobs:
+                if jid in self.jobs:
+                    self.jobs[jid] = replace(self.jobs[jid], site_factor=value)
+        return calls
+
+    def site_factors(self) -> dict[int, int]:
+        return {j.job_id: j.site_factor or 0 for j in self.jobs.values()
+                if j.state is JobState.PENDING}
+
+    def _job(self, jid: int) -> Job:
+        job = self.jobs.get(jid)
+        if job is None or job.state in _ENDED:
+            raise self._err(f"Invalid job id specified for job {jid}")
+        return job
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        self._call("scontrol", "requeue", *map(str, job_ids))
+        for jid in job_ids:
+            job = self._job(jid)
+            if not job.requeue:
+                raise self._err(f"Requested operation is presently disabled for job {jid}")
+            self.jobs[jid] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes="")
+
+    def cancel(self, job_ids: Sequence[int]) -> None:
+        self._call("scancel", *map(str, job_ids))
+        for jid in job_ids:
+            self.jobs[jid] = replace(self._job(jid), state=JobState.CANCELLED)
+
+    def release(self, job_ids: Sequence[int]) -> None:
+        self._call("scontrol", "release", *map(str, job_ids))
+        for jid in job_ids:
+            self.jobs[jid] = replace(self._job(jid), reason="None")
+
+    def start(self, jid: int, nodes: str, at: int) -> None:
+        """Test helper: the scheduler started ``jid`` on ``nodes`` at ``at``."""
+        self.jobs[jid] = replace(self._job(jid), state=JobState.RUNNING, nodes=nodes,
+                                 start_time=at)
+
+    def _node(self, name: str) -> Node:
+        if name not in self.nodes:
+            raise SlurmCommandError(("scontrol",), 1,
+                                    "slurm_update error: Invalid node name specified")
+        return self.nodes[name]
+
+    def drain_node(self, node: str, reason: str) -> None:
+        self._call("scontrol", "update", f"NodeName={node}", "State=DRAIN")
+        n = self._node(node)
+        self.nodes[node] = replace(n, flags=n.flags | {"DRAIN"}, reason=reason)
+
+    def resume_node(self, node: str) -> None:
+        self._call("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        n = self._node(node)
+        self.nodes[node] = replace(n, flags=n.flags - {"DRAIN"}, reason="")
+
+    def list_runaway_jobs(self) -> list[int]:
+        self._call("sacctmgr", "show", "runawayjobs")
+        return sorted(self.runaway)
+
+    def fix_runaway_jobs(self) -> list[int]:
+        fixed = self.list_runaway_jobs()
+        self.runaway.clear()
+        return fixed

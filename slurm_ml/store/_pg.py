@@ -1,0 +1,111 @@
+"""Connection and error plumbing shared by ``PostgresStore`` and ``migrate``.
+
+Kept in one place so that every psycopg exception is translated the same way
+and no message ever carries the password from the DSN.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+from slurm_ml.store.errors import StoreError, StoreIntegrityError, StoreUnavailable
+
+Connection = psycopg.Connection[Any]
+
+
+def parse_dsn(dsn: str) -> dict[str, Any]:
+    """The DSN's parameters; StoreError (without echoing the DSN) if it is malformed."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise StoreError("PostgreSQL DSN is empty")
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise StoreError(f"invalid PostgreSQL DSN: {scrub(_one_line(exc), dsn, {})}") from None
+
+
+def describe_target(dsn: str) -> str:
+    """``host:port/dbname`` for messages, as libpq would resolve it; never the password."""
+    params = parse_dsn(dsn)
+    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    user = params.get("user") or os.environ.get("PGUSER")
+    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or user or "postgres"
+    return f"{host}:{port}/{dbname}"
+
+
+def _secrets(dsn: str, params: dict[str, Any]) -> list[str]:
+    found = [dsn, str(params.get("password") or ""), os.environ.get("PGPASSWORD", "")]
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+def scrub(text: str, dsn: str, params: dict[str, Any]) -> str:
+    """Remove the DSN and password from a message, however the driver phrased it."""
+    for secret in _secrets(dsn, params):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def connect(dsn: str, connect_timeout_s: float) -> Connection:
+    """An autocommit connection with the session in UTC, or StoreUnavailable.
+
+    TCP keepalives make a silently dead server show up as a lost connection
+    within about a minute instead of hanging a write forever.
+    """
+    params = parse_dsn(dsn)
+    target = describe_target(dsn)
+    try:
+        conn = psycopg.connect(
+            dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(connect_timeout_s)),
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+    except psycopg.Error as exc:
+        reason = scrub(_one_line(exc), dsn, params)
+        raise StoreUnavailable(
+            f"cannot connect to PostgreSQL at {target}: {reason}",
+            target=target,
+            sqlstate=exc.sqlstate,
+        ) from None
+    try:
+        conn.execute("SET TIME ZONE 'UTC'")
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate(exc, target, dsn) from None
+    return conn
+
+
+def translate(exc: psycopg.Error, target: str, dsn: str) -> StoreError:
+    """Map a psycopg exception to the store's typed errors (nothing of psycopg escapes).
+
+    ``dsn`` ("" when unknown) is only used to scrub secrets from the message.
+    """
+    reason = scrub(_one_line(exc), dsn, parse_dsn(dsn) if dsn else {})
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return StoreUnavailable(
+            f"PostgreSQL at {target} is unavailable: {reason}",
+            target=target,
+            sqlstate=exc.sqlstate,
+        )
+    if isinstance(exc, psycopg.IntegrityError | psycopg.DataError):
+        return StoreIntegrityError(
+            f"PostgreSQL at {target} refused the data: {reason}", sqlstate=exc.sqlstate
+        )
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn):
+        return StoreError(
+            f"schema at {target} is missing or outdated (run migrations): {reason}",
+            sqlstate=exc.sqlstate,
+        )
+    return StoreError(f"PostgreSQL error at {target}: {reason}", sqlstate=exc.sqlstate)

@@ -1,0 +1,213 @@
+"""A stateful in-memory ``Store`` for tests, with the same semantics as PostgreSQL.
+
+Same idempotency (one row per key per record type), same reader ordering and
+filters, and knobs to simulate the failures the real one has: an outage
+(``set_available``), a write that commits but whose acknowledgement is lost
+(``lose_next_ack``) and arbitrary injected errors (``fail_next_writes``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from slurm_ml.store.errors import StoreError, StoreUnavailable
+from slurm_ml.store.protocol import WriteOutcome
+from slurm_ml.store.records import (
+    RECORD_TYPES,
+    AuditEntry,
+    BudgetSnapshot,
+    Decision,
+    HealthEvent,
+    JobGpuStats,
+    Record,
+    UtilSample,
+    check_since,
+)
+
+R = TypeVar("R", HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, Decision, AuditEntry)
+
+_TARGET = "fake:0/fake"
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+
+
+class FakeStore:
+    """In-memory ``Store``; inspect what landed with ``rows(RecordType)``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, list[Record]] = {kind: [] for kind in RECORD_TYPES}
+        self._keys: dict[str, set[str]] = {kind: set() for kind in RECORD_TYPES}
+        self._available = True
+        self._closed = False
+        self._lost_acks = 0
+        self._failures: deque[StoreError] = deque()
+        self.write_attempts = 0
+
+    # --- test knobs ---
+
+    def set_available(self, available: bool) -> None:
+        """While False every write and read raises StoreUnavailable, like a dead server."""
+        with self._lock:
+            self._available = available
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    def lose_next_ack(self, n: int = 1) -> None:
+        """The next ``n`` writes commit, then raise StoreUnavailable (ack lost in transit)."""
+        with self._lock:
+            self._lost_acks += n
+
+    def fail_next_writes(self, error: StoreError, n: int = 1) -> None:
+        """The next ``n`` writes raise ``error`` without landing."""
+        with self._lock:
+            self._failures.extend([error] * n)
+
+    def rows(self, record_type: type[R]) -> list[R]:
+        """Everything of that type that landed, in insertion order (works while 'down')."""
+        with self._lock:
+            return [r for r in self._rows[record_type.KIND] if isinstance(r, record_type)]
+
+    # --- writes ---
+
+    def _write(self, record: Record) -> WriteOutcome:
+        with self._lock:
+            self.write_attempts += 1
+            self._check_usable()
+            if self._failures:
+                raise self._failures.popleft()
+            keys = self._keys[record.KIND]
+            if record.idempotency_key in keys:
+                outcome = WriteOutcome.DUPLICATE
+            else:
+                keys.add(record.idempotency_key)
+                self._rows[record.KIND].append(record)
+                outcome = WriteOutcome.LANDED
+            if self._lost_acks:
+                self._lost_acks -= 1
+                raise StoreUnavailable(
+                    f"lost connection to PostgreSQL at {_TARGET} after commit (simulated)",
+                    target=_TARGET,
+                )
+            return outcome
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+        if not self._available:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {_TARGET}: simulated outage", target=_TARGET
+            )
+
+    def record_health_event(self, event: HealthEvent) -> WriteOutcome:
+        return self._write(event)
+
+    def record_job_gpu_stats(self, stats: JobGpuStats) -> WriteOutcome:
+        return self._write(stats)
+
+    def record_util_sample(self, sample: UtilSample) -> WriteOutcome:
+        return self._write(sample)
+
+    def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome:
+        return self._write(snapshot)
+
+    def record_decision(self, decision: Decision) -> WriteOutcome:
+        return self._write(decision)
+
+    def audit(self, entry: AuditEntry) -> WriteOutcome:
+        return self._write(entry)
+
+    # --- reads (ordering mirrors the SQL: time column, then insertion order) ---
+
+    def _select(
+        self,
+        record_type: type[R],
+        keep: Callable[[R], bool],
+        sort_key: Callable[[R], datetime],
+        *,
+        newest_first: bool,
+    ) -> list[R]:
+        with self._lock:
+            self._check_usable()
+            indexed = [
+                (i, r)
+                for i, r in enumerate(self._rows[record_type.KIND])
+                if isinstance(r, record_type) and keep(r)
+            ]
+        indexed.sort(key=lambda ir: (sort_key(ir[1]), ir[0]), reverse=newest_first)
+        return [r for _, r in indexed]
+
+    def recent_health_events(
+        self, node: str | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[HealthEvent]:
+        _check_limit(limit)
+        bound = check_since(since)
+        out = self._select(
+            HealthEvent,
+            lambda e: (
+                (node is None or e.node == node) and (bound is None or e.observed_at >= bound)
+            ),
+            lambda e: e.observed_at,
+            newest_first=True,
+        )
+        return out[:limit]
+
+    def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
+        _check_limit(limit)
+        out = self._select(
+            JobGpuStats,
+            lambda s: s.user == user and s.job_name == job_name,
+            lambda s: s.ended_at,
+            newest_first=True,
+        )
+        return out[:limit]
+
+    def decisions_for_job(self, job_id: int) -> list[Decision]:
+        return self._select(
+            Decision, lambda d: d.job_id == job_id, lambda d: d.decided_at, newest_first=False
+        )
+
+    def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
+        bound = check_since(since)
+        return self._select(
+            AuditEntry,
+            lambda a: bound is None or a.at >= bound,
+            lambda a: a.at,
+            newest_first=False,
+        )
+
+    def util_samples_for(self, job_id: int, since: datetime | None = None) -> list[UtilSample]:
+        bound = check_since(since)
+        return self._select(
+            UtilSample,
+            lambda s: s.job_id == job_id and (bound is None or s.sampled_at >= bound),
+            lambda s: s.sampled_at,
+            newest_first=False,
+        )
+
+    def budget_snapshots(
+        self, account: str | None = None, since: datetime | None = None
+    ) -> list[BudgetSnapshot]:
+        bound = check_since(since)
+        return self._select(
+            BudgetSnapshot,
+            lambda b: (
+                (account is None or b.account == account) and (bound is None or b.taken_at >= bound)
+            ),
+            lambda b: b.taken_at,
+            newest_first=False,
+        )
+
+    def close(self) -> None:
+        """Further use raises StoreError, as with a closed PostgresStore."""
+        with self._lock:
+            self._closed = True

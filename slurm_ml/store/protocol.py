@@ -1,0 +1,98 @@
+"""The ``Store`` Protocol: the only way the rest of slurm-ml persists or reads data.
+
+Three implementations satisfy it: ``PostgresStore`` (real), ``FakeStore``
+(stateful, in memory, for tests) and ``SpoolingStore`` (wraps either and
+survives outages). Code takes a ``Store`` and never knows which one it has.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from slurm_ml.store.records import (
+    AuditEntry,
+    BudgetSnapshot,
+    Decision,
+    HealthEvent,
+    JobGpuStats,
+    Record,
+    UtilSample,
+)
+
+
+class WriteOutcome(enum.StrEnum):
+    """What became of one write, so callers and the spool can count exactly-once delivery."""
+
+    LANDED = "landed"  # inserted now
+    DUPLICATE = "duplicate"  # a row with this idempotency key already existed; nothing changed
+    SPOOLED = "spooled"  # the store was unavailable; the record waits in the local spool
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Writes are idempotent per record type: the same ``idempotency_key`` lands once.
+
+    Writes raise ``StoreUnavailable`` when the database cannot be reached,
+    ``StoreIntegrityError`` when it refuses the data, ``StoreError`` otherwise.
+    Readers return records equal to the ones written; ``since`` bounds are
+    inclusive and must be timezone-aware.
+    """
+
+    def record_health_event(self, event: HealthEvent) -> WriteOutcome: ...
+
+    def record_job_gpu_stats(self, stats: JobGpuStats) -> WriteOutcome: ...
+
+    def record_util_sample(self, sample: UtilSample) -> WriteOutcome: ...
+
+    def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome: ...
+
+    def record_decision(self, decision: Decision) -> WriteOutcome: ...
+
+    def audit(self, entry: AuditEntry) -> WriteOutcome: ...
+
+    def recent_health_events(
+        self, node: str | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[HealthEvent]:
+        """Newest first (observed_at, then insertion order), at most ``limit``."""
+        ...
+
+    def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
+        """Per-GPU rows of that user's jobs with that name, newest ``ended_at`` first."""
+        ...
+
+    def decisions_for_job(self, job_id: int) -> list[Decision]:
+        """Oldest first (decided_at, then insertion order)."""
+        ...
+
+    def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
+        """Oldest first (at, then insertion order)."""
+        ...
+
+    def util_samples_for(self, job_id: int, since: datetime | None = None) -> list[UtilSample]:
+        """Oldest first (sampled_at, then insertion order)."""
+        ...
+
+    def budget_snapshots(
+        self, account: str | None = None, since: datetime | None = None
+    ) -> list[BudgetSnapshot]:
+        """Oldest first (taken_at, then insertion order)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def write_record(store: Store, record: Record) -> WriteOutcome:
+    """Send any record to the matching write method (used by the spool's replay)."""
+    if isinstance(record, HealthEvent):
+        return store.record_health_event(record)
+    if isinstance(record, JobGpuStats):
+        return store.record_job_gpu_stats(record)
+    if isinstance(record, UtilSample):
+        return store.record_util_sample(record)
+    if isinstance(record, BudgetSnapshot):
+        return store.record_budget_snapshot(record)
+    if isinstance(record, Decision):
+        return store.record_decision(record)
+    return store.audit(record)
