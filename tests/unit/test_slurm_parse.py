@@ -188,3 +188,61 @@ def test_oneliner_never_crashes(text: str) -> None:
 def test_gpu_spec_never_crashes(text: str) -> None:
     for r in parse_gpu_spec(text, "node"):
         assert r.count >= 0
+
+
+# ------------------------------------------------------------------ 24.11
+# Jobs in the 24.11 capture (jobids.txt): 2 --gres=gpu:a100_80g:2, 3 --gpus=3,
+# 4 --gpus-per-node=1 -N2, 5 --gpus-per-task=1 -n2, 6 --requeue --time-min=10,
+# 7 --constraint=a100_80g, 8 array, 9 --comment, 10 QOS free,
+# 13 pending with SiteFactor=500, 14 held.
+
+
+def test_squeue_json_2411_numbers_are_objects_and_states_lists() -> None:
+    jobs = {j.job_id: j for j in parse.parse_squeue_json(read("24.11", "squeue.json"))}
+    assert jobs[2].gpus == (GpuRequest(2, "node", "a100_80g"),)
+    assert jobs[3].gpus == (GpuRequest(3, "job", None),)
+    assert jobs[4].gpus == (GpuRequest(1, "node", None),) and jobs[4].num_nodes == 2
+    assert jobs[5].gpus == (GpuRequest(1, "task", None),)  # 24.11 writes gres/gpu=1 here
+    assert (jobs[6].time_limit_min, jobs[6].time_min_min) == (60, 10)
+    assert jobs[7].features == "a100_80g"
+    assert jobs[9].comment == "slurm-ml: eval sweep 7"
+    assert jobs[10].qos == "free"
+    assert jobs[2].state is JobState.RUNNING and jobs[14].state is JobState.PENDING
+    assert jobs[2].user == "alice" and jobs[2].account == "llm-pretrain"
+    assert jobs[2].priority == 13089 and jobs[14].priority == 0
+    assert jobs[2].start_time is not None and jobs[2].submit_time is not None
+
+
+def test_scontrol_jobs_2411_agree_with_squeue_json() -> None:
+    one = {j.job_id: j for j in parse.parse_scontrol_jobs(read("24.11", "scontrol_show_job_o.txt"))}
+    for j in parse.parse_squeue_json(read("24.11", "squeue.json")):
+        o = one[j.job_id]
+        assert (o.user, o.account, o.qos, o.state, o.gpus) == (j.user, j.account, j.qos,
+                                                              j.state, j.gpus), j.job_id
+
+
+def test_scontrol_nodes_2411_drain_with_planned_flag() -> None:
+    text = read("24.11", "scontrol_show_node_o.txt")
+    nodes = {n.name: n for n in parse.parse_scontrol_nodes(text)}
+    assert set(nodes) == {"tnode1", "tnode2"}
+    t2 = nodes["tnode2"]
+    assert t2.drained and t2.state == "MIXED" and "PLANNED" in t2.flags
+    assert t2.reason == "slurm-ml: nvlink gpu3 inactive"
+    assert nodes["tnode1"].gpu_type == "a100_80g" and nodes["tnode1"].gpus_total == 8
+
+
+def test_sacct_usage_2411() -> None:
+    usage = {u.job_id: u for u in parse.parse_sacct_usage(
+        read("24.11", "sacct_truncate_p_epoch.txt"), 0, 2**40)}
+    assert usage[1].state is JobState.COMPLETED and usage[1].elapsed_s == 3
+    assert usage[2].alloc_tres["gres/gpu:a100_80g"] == 2 and usage[2].alloc_tres["mem"] == 1000
+    assert usage[3].gpus == 3
+
+
+def test_sprio_site_2411() -> None:
+    assert parse.parse_sprio_site(read("24.11", "sprio_site.txt")) == {13: 500}
+
+
+def test_runaway_none_2411() -> None:
+    assert parse.parse_runaway(read("24.11", "sacctmgr_runawayjobs_p.txt")) == []
+    assert parse.parse_runaway(read("24.11", "sacctmgr_runawayjobs.txt")) == []
