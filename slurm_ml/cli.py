@@ -233,7 +233,8 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         jobs = run_demo(cluster.cfg, slurm, str(cluster.layout.jobs),
                         say=lambda m: click.echo(m, err=True))
         run = cluster.runner()
-        sinfo = run(["sinfo", "-N", "-o", "%N %T %G %f"])
+        default = next(p.name for p in cluster.cfg.cluster.partitions if p.default)
+        sinfo = run(["sinfo", "-N", "-p", default, "-o", "%N %T %G %f"])
         sacct = run(["sacct", "-X", "-a", "-j", ",".join(str(j.job_id) for j in jobs),
                      "-o", "JobID,JobName%28,User,Account%14,QOS,State,AllocTRES%60"])
     except _devcluster_errors() as exc:

@@ -19,6 +19,10 @@ from slurm_ml.config import Config
 
 TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
 
+# Slurm stores the billing TRES as an integer, so a weight of 0.8 on one GPU
+# would bill 0. Weights are scaled: billing = BILLING_SCALE x weighted GPUs.
+BILLING_SCALE = 100
+
 
 class TemplateError(Exception):
     """A template is missing or names a placeholder we do not provide."""
@@ -68,9 +72,10 @@ def accounting_tres(cfg: Config) -> str:
 
 
 def billing_weights(cfg: Config) -> str:
-    """TRESBillingWeights: only GPUs are billed, each type by its weight."""
+    """TRESBillingWeights: only GPUs are billed, each type by its weight (x BILLING_SCALE)."""
     parts = ["CPU=0", "Mem=0"]
-    parts += [f"GRES/gpu:{n}={t.billing_weight:g}" for n, t in sorted(cfg.gpu_types.items())]
+    parts += [f"GRES/gpu:{n}={t.billing_weight * BILLING_SCALE:g}"
+              for n, t in sorted(cfg.gpu_types.items())]
     return ",".join(parts)
 
 

@@ -29,8 +29,8 @@ def test_slurm_conf_has_every_node_with_gpus_and_features(files: dict[str, str])
     assert "NodeName=gpu05" in conf and "Gres=gpu:v100:4 Features=v100,pcie" in conf
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100_40g,gres/gpu:a100_80g,gres/gpu:v100" \
         in conf
-    assert 'TRESBillingWeights="CPU=0,Mem=0,GRES/gpu:a100_40g=0.8,GRES/gpu:a100_80g=1,' \
-        'GRES/gpu:v100=0.4"' in conf
+    assert 'TRESBillingWeights="CPU=0,Mem=0,GRES/gpu:a100_40g=80,GRES/gpu:a100_80g=100,' \
+        'GRES/gpu:v100=40"' in conf
     assert "PartitionName=gpu Nodes=gpu[01-06] Default=YES" in conf
     assert "PartitionName=debug Nodes=gpu[01-06] Default=NO MaxTime=60" in conf
     for setting in ("PreemptType=preempt/qos", "JobRequeue=1", "PrologFlags=Alloc",

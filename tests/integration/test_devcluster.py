@@ -1,0 +1,66 @@
+"""The dev cluster as a user sees it: status, env, and billing per GPU type."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_ml.cli import main
+from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.slurm.runner import SlurmRunner
+
+pytestmark = pytest.mark.integration
+
+
+def _state_dir() -> str:
+    state = os.environ.get("SLURM_ML_DEVCLUSTER")
+    if not state:
+        pytest.fail("SLURM_ML_DEVCLUSTER is not set: run `make test`", pytrace=False)
+    return state
+
+
+def test_status_json_shows_every_daemon_node_and_researcher(slurm_conf: str) -> None:
+    res = CliRunner().invoke(main, ["devcluster", "status", "--json", "--state-dir",
+                                    _state_dir()])
+    assert res.exit_code == 0, res.output
+    st = json.loads(res.output)
+    assert st["up"] is True
+    for name in ("munged", "mariadb", "slurmdbd", "slurmctld", "postgresql",
+                 *(f"slurmd-gpu0{i}" for i in range(1, 7))):
+        assert st["processes"][name]["running"], name
+    nodes = {n["name"]: n for n in st["nodes"]}
+    assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 7)]
+    assert [nodes[n]["gpus"] for n in sorted(nodes)] == [8, 8, 8, 8, 4, 4]
+    assert nodes["gpu03"]["gpu_type"] == "a100_40g" and "nvlink" in nodes["gpu03"]["features"]
+    users = {u["user"]: u["accounts"] for u in st["users"]}
+    assert users["alice"] == ["llm-pretrain", "detection"] and users["carol"] == ["llm-eval"]
+    assert "SLURM_ML_DSN" not in json.dumps(st)  # no password in status output
+
+
+def test_slurmdbd_associations_match_the_budget_tree(slurm_conf: str) -> None:
+    run = SlurmRunner(env={"SLURM_CONF": slurm_conf})
+    out = run(["sacctmgr", "-n", "-P", "show", "assoc", "format=Account,ParentName,User,QOS"])
+    rows = {tuple(line.split("|")[:3]) for line in out.splitlines()}
+    assert ("llm-pretrain", "nlp", "") in rows and ("detection", "vision", "") in rows
+    assert ("llm-pretrain", "", "alice") in rows or ("llm-pretrain", "nlp", "alice") in rows
+    qos = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,UsageFactor,PreemptMode"])
+    assert "free|0.000000|requeue" in qos
+
+
+def test_env_prints_the_exports(slurm_conf: str) -> None:
+    res = CliRunner().invoke(main, ["devcluster", "env", "--state-dir", _state_dir()])
+    assert res.exit_code == 0
+    assert f"export SLURM_CONF={slurm_conf}" in res.output
+    assert "export SLURM_ML_DSN=postgresql://" in res.output
+
+
+def test_billing_follows_gpu_type_weights(slurm_conf: str) -> None:
+    nodes = {n.name: n for n in CliSlurm(SlurmRunner(env={"SLURM_CONF": slurm_conf}))
+             .list_nodes()}
+    assert nodes["gpu01"].gpu_type == "a100_80g"
+    run = SlurmRunner(env={"SLURM_CONF": slurm_conf})
+    conf = run(["scontrol", "show", "partition", "gpu"])
+    assert "GRES/gpu:a100_40g=80" in conf and "GRES/gpu:v100=40" in conf
