@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from slurm_ml.store.errors import StoreError, StoreUnavailable
-from slurm_ml.store.protocol import WriteOutcome
+from slurm_ml.store.protocol import OneWritePath, WriteOutcome
 from slurm_ml.store.records import (
     RECORD_TYPES,
     AuditEntry,
@@ -38,7 +38,7 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be a non-negative int, got {limit!r}")
 
 
-class FakeStore:
+class FakeStore(OneWritePath):
     """In-memory ``Store``; inspect what landed with ``rows(RecordType)``."""
 
     def __init__(self) -> None:
@@ -107,24 +107,6 @@ class FakeStore:
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {_TARGET}: simulated outage", target=_TARGET
             )
-
-    def record_health_event(self, event: HealthEvent) -> WriteOutcome:
-        return self._write(event)
-
-    def record_job_gpu_stats(self, stats: JobGpuStats) -> WriteOutcome:
-        return self._write(stats)
-
-    def record_util_sample(self, sample: UtilSample) -> WriteOutcome:
-        return self._write(sample)
-
-    def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome:
-        return self._write(snapshot)
-
-    def record_decision(self, decision: Decision) -> WriteOutcome:
-        return self._write(decision)
-
-    def audit(self, entry: AuditEntry) -> WriteOutcome:
-        return self._write(entry)
 
     # --- reads (ordering mirrors the SQL: time column, then insertion order) ---
 

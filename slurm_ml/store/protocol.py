@@ -83,6 +83,35 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+class OneWritePath:
+    """Store's six typed writes for implementations that treat every record alike.
+
+    FakeStore and SpoolingStore handle all records in one ``_write``; this
+    mixin keeps the typed methods the Protocol asks for in one place.
+    """
+
+    def _write(self, record: Record) -> WriteOutcome:
+        raise NotImplementedError
+
+    def record_health_event(self, event: HealthEvent) -> WriteOutcome:
+        return self._write(event)
+
+    def record_job_gpu_stats(self, stats: JobGpuStats) -> WriteOutcome:
+        return self._write(stats)
+
+    def record_util_sample(self, sample: UtilSample) -> WriteOutcome:
+        return self._write(sample)
+
+    def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome:
+        return self._write(snapshot)
+
+    def record_decision(self, decision: Decision) -> WriteOutcome:
+        return self._write(decision)
+
+    def audit(self, entry: AuditEntry) -> WriteOutcome:
+        return self._write(entry)
+
+
 def write_record(store: Store, record: Record) -> WriteOutcome:
     """Send any record to the matching write method (used by the spool's replay)."""
     if isinstance(record, HealthEvent):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from slurm_ml.store.errors import SpoolError, StoreIntegrityError, StoreUnavailable
-from slurm_ml.store.protocol import Store, WriteOutcome, write_record
+from slurm_ml.store.protocol import OneWritePath, Store, WriteOutcome, write_record
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
@@ -372,7 +372,7 @@ class Spool:
         return remaining
 
 
-class SpoolingStore:
+class SpoolingStore(OneWritePath):
     """A ``Store`` that never loses a write to an outage: it spools, then ``drain()``s.
 
     Whoever owns it must call ``drain()`` regularly (the daemon does so every
@@ -446,24 +446,6 @@ class SpoolingStore:
             ),
         )
         return result
-
-    def record_health_event(self, event: HealthEvent) -> WriteOutcome:
-        return self._write(event)
-
-    def record_job_gpu_stats(self, stats: JobGpuStats) -> WriteOutcome:
-        return self._write(stats)
-
-    def record_util_sample(self, sample: UtilSample) -> WriteOutcome:
-        return self._write(sample)
-
-    def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome:
-        return self._write(snapshot)
-
-    def record_decision(self, decision: Decision) -> WriteOutcome:
-        return self._write(decision)
-
-    def audit(self, entry: AuditEntry) -> WriteOutcome:
-        return self._write(entry)
 
     def recent_health_events(
         self, node: str | None = None, since: datetime | None = None, limit: int = 1000
