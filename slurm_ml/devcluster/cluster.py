@@ -184,6 +184,12 @@ class DevCluster:
             path = self.layout.etc / name
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)
+        if platform.slurm_version() >= (23, 2):
+            # 23.02+ slurmd reads cgroup.conf even with proctrack/linuxproc and task/none;
+            # the dev cluster must also run where no cgroup filesystem is mounted.
+            cgroup = self.layout.etc / "cgroup.conf"
+            cgroup.write_text("# Dev cluster: no cgroup enforcement.\nCgroupPlugin=disabled\n")
+            cgroup.chmod(0o644)
         (self.layout.etc / "slurmdbd.conf").chmod(0o600)
         for name in ("slurm.conf", "gres.conf", "topology.conf"):
             (self.layout.etc / name).chmod(0o644)
