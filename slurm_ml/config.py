@@ -211,6 +211,8 @@ class PartitionConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
+    """The Slurm cluster as slurm-ml manages it."""
+
     name: str  # Slurm ClusterName (lower case)
     partitions: tuple[PartitionConfig, ...]
 
@@ -397,7 +399,7 @@ class _Parser:
             else:
                 out[key] = item
         for key in required:
-            if key not in out and key not in value:
+            if key not in value:
                 self.error(_join(path, key), f"missing required {word}")
         return out
 
@@ -575,17 +577,19 @@ class _Parser:
                 self.error(path, f"expected a list, got {_show(value)}")
                 return None
             out: list[Any] = []
+            seen: set[Any] = set()  # items are scalars, so hashable
             complete = True
             for index, raw in enumerate(value):
                 item_path = f"{path}[{index}]"
                 parsed = item(raw, item_path)
                 if parsed is None:
                     complete = False
-                elif unique is not None and parsed in out:
+                elif unique is not None and parsed in seen:
                     self.error(item_path, f"{unique} {parsed!r} is listed twice")
                     complete = False
                 else:
                     out.append(parsed)
+                    seen.add(parsed)
             return tuple(out) if complete else None
 
         return conv

@@ -38,6 +38,9 @@ DELETE = object()  # mutation value meaning "remove this key"
 Key = str | int
 
 NAME_RULE = "use only letters, digits, '_', '.', '-', not starting with '.' or '-'"
+LOWER_RULE = "use only lower-case " + NAME_RULE.removeprefix("use only ")
+LOWER = "must be lower case (Slurm lower-cases it)"
+CC = 'must look like "8.0" (major.minor), got'
 KNOB_SECTIONS: dict[str, type[Any]] = {
     "policy.fairshare": FairshareConfig,
     "policy.contracts": ContractsConfig,
@@ -313,7 +316,8 @@ def test_many_errors_are_all_reported_with_exact_paths(tmp_path: Path) -> None:
         "(Slurm lower-cases it)",
         "budgets.programs[0].projects[0].users[1]: user 'alice' is listed twice",
         f"budgets.programs[0].projects[0].users[2]: {bad_user}",
-        "budgets.programs[1].name: duplicate account name 'nlp' (first at budgets.programs[0].name)",
+        "budgets.programs[1].name: duplicate account name 'nlp' "
+        "(first at budgets.programs[0].name)",
         "budgets.programs[1].weight: must be > 0",
         "budgets.programs[1].projects: must list at least one project",
         "policy.fairshare.window_hours: must be > 0",
@@ -374,9 +378,14 @@ RULES: list[tuple[str, tuple[Key, ...], object, str]] = [
     ("memory-negative", (*GPU, "memory_gb"), -1, "must be > 0"),
     ("nvlink-negative", (*GPU, "nvlink_links"), -1, "must be >= 0"),
     ("billing-negative", (*GPU, "billing_weight"), -0.1, "must be >= 0"),
-    ("cc-no-minor", (*GPU, "compute_capability"), "8", 'must look like "8.0" (major.minor), got \'8\''),
-    ("cc-word", (*GPU, "compute_capability"), "sm80", 'must look like "8.0" (major.minor), got \'sm80\''),
-    ("cc-unquoted", (*GPU, "compute_capability"), 8.0, 'expected a quoted string like "8.0", got 8.0'),
+    ("cc-no-minor", (*GPU, "compute_capability"), "8", f"{CC} '8'"),
+    ("cc-word", (*GPU, "compute_capability"), "sm80", f"{CC} 'sm80'"),
+    (
+        "cc-unquoted",
+        (*GPU, "compute_capability"),
+        8.0,
+        'expected a quoted string like "8.0", got 8.0',
+    ),
     ("feature-empty", (*GPU, "feature"), "", "must not be empty"),
     ("feature-space", (*GPU, "feature"), "a 100", f"invalid name 'a 100': {NAME_RULE}"),
     ("feature-dash", (*GPU, "feature"), "-a100", f"invalid name '-a100': {NAME_RULE}"),
@@ -392,36 +401,66 @@ RULES: list[tuple[str, tuple[Key, ...], object, str]] = [
     ("feature-not-string", (*NC, 0, "features", 0), 1, "expected a string, got 1"),
     ("feature-bad", (*NC, 0, "features", 0), "a&b", f"invalid name 'a&b': {NAME_RULE}"),
     ("nodes-empty", (*NC, 0, "nodes"), "", "node set is empty"),
-    ("nodes-group", (*NC, 0, "nodes"), "@rack1", f"invalid node name '@rack1' in '@rack1': {NAME_RULE}"),
+    (
+        "nodes-group",
+        (*NC, 0, "nodes"),
+        "@rack1",
+        f"invalid node name '@rack1' in '@rack1': {NAME_RULE}",
+    ),
     ("node-classes-empty", NC, [], "must list at least one node class"),
     ("node-classes-mapping", NC, {}, "expected a list, got a mapping"),
     # --- cluster
-    ("cluster-upper", ("cluster", "name"), "SlurmML", "invalid name 'SlurmML': must be lower case (Slurm lower-cases it)"),
+    ("cluster-upper", ("cluster", "name"), "SlurmML", f"invalid name 'SlurmML': {LOWER}"),
     ("cluster-empty", ("cluster", "name"), "", "must not be empty"),
-    ("cluster-space", ("cluster", "name"), "my cluster", "invalid name 'my cluster': use only lower-case letters, digits, '_', '.', '-', not starting with '.' or '-'"),
+    (
+        "cluster-space",
+        ("cluster", "name"),
+        "my cluster",
+        f"invalid name 'my cluster': {LOWER_RULE}",
+    ),
     ("partition-name-bad", (*PART, 0, "name"), "g p u", f"invalid name 'g p u': {NAME_RULE}"),
     ("max-time-zero", (*PART, 0, "max_time_min"), 0, "must be > 0"),
     ("partitions-empty", PART, [], "must list at least one partition"),
     # --- budgets
-    ("org-upper", ("budgets", "org"), "ML", "invalid name 'ML': must be lower case (Slurm lower-cases it)"),
+    ("org-upper", ("budgets", "org"), "ML", f"invalid name 'ML': {LOWER}"),
     ("org-empty", ("budgets", "org"), "", "must not be empty"),
     ("program-weight-zero", (*PROG, 1, "weight"), 0, "must be > 0"),
     ("project-weight-negative", (*PROJ, 0, "weight"), -1, "must be > 0"),
-    ("project-name-upper", (*PROJ, 0, "name"), "LLM", "invalid name 'LLM': must be lower case (Slurm lower-cases it)"),
-    ("project-name-space", (*PROJ, 0, "name"), "llm pre", "invalid name 'llm pre': use only lower-case letters, digits, '_', '.', '-', not starting with '.' or '-'"),
+    ("project-name-upper", (*PROJ, 0, "name"), "LLM", f"invalid name 'LLM': {LOWER}"),
+    ("project-name-space", (*PROJ, 0, "name"), "llm pre", f"invalid name 'llm pre': {LOWER_RULE}"),
     ("programs-empty", PROG, [], "must list at least one program"),
     ("projects-empty", PROJ, [], "must list at least one project"),
     ("users-string", (*PROJ, 0, "users"), "alice", "expected a list, got 'alice'"),
     ("user-upper", (*PROJ, 0, "users", 0), "Alice", f"invalid user name 'Alice': {BAD_USER}"),
-    ("user-digit-first", (*PROJ, 0, "users", 0), "1alice", f"invalid user name '1alice': {BAD_USER}"),
-    ("user-dash-first", (*PROJ, 0, "users", 0), "-alice", f"invalid user name '-alice': {BAD_USER}"),
+    (
+        "user-digit-first",
+        (*PROJ, 0, "users", 0),
+        "1alice",
+        f"invalid user name '1alice': {BAD_USER}",
+    ),
+    (
+        "user-dash-first",
+        (*PROJ, 0, "users", 0),
+        "-alice",
+        f"invalid user name '-alice': {BAD_USER}",
+    ),
     ("user-space", (*PROJ, 0, "users", 0), "al ice", f"invalid user name 'al ice': {BAD_USER}"),
     ("user-empty", (*PROJ, 0, "users", 0), "", f"invalid user name '': {BAD_USER}"),
-    ("user-too-long", (*PROJ, 0, "users", 0), "a" * 33, f"invalid user name '{'a' * 33}': {BAD_USER}"),
+    (
+        "user-too-long",
+        (*PROJ, 0, "users", 0),
+        "a" * 33,
+        f"invalid user name '{'a' * 33}': {BAD_USER}",
+    ),
     ("user-not-string", (*PROJ, 0, "users", 0), 7, "expected a string, got 7"),
     # --- knobs
     ("fraction-zero", ("policy", "contracts", "preempt_cap_fraction"), 0, "must be in (0, 1]"),
-    ("fraction-over-one", ("policy", "contracts", "preempt_cap_fraction"), 1.01, "must be in (0, 1]"),
+    (
+        "fraction-over-one",
+        ("policy", "contracts", "preempt_cap_fraction"),
+        1.01,
+        "must be in (0, 1]",
+    ),
     ("pct-over-100", ("policy", "reclaim", "zombie_util_pct"), 101, "must be in [0, 100]"),
     ("pct-negative", ("policy", "reclaim", "zombie_util_pct"), -1, "must be in [0, 100]"),
     ("margin-100", ("policy", "admission", "memory_margin_pct"), 100, "must be in [0, 100)"),
@@ -436,10 +475,12 @@ RULES: list[tuple[str, tuple[Key, ...], object, str]] = [
     ("spool-relative", ("store", "spool_dir"), "spool", "must be an absolute path"),
     ("spool-empty", ("store", "spool_dir"), "", "expected a non-empty path, got ''"),
     ("dsn-not-string", ("store", "dsn"), 5, "expected a string, got 5"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("keys", "value", "message"), [r[1:] for r in RULES], ids=[r[0] for r in RULES])
+@pytest.mark.parametrize(
+    ("keys", "value", "message"), [r[1:] for r in RULES], ids=[r[0] for r in RULES]
+)
 def test_each_rule_reports_its_path(keys: tuple[Key, ...], value: object, message: str) -> None:
     assert issues_of(mutate(example(), keys, value)) == [f"{dotted(keys)}: {message}"]
 
@@ -469,7 +510,8 @@ def test_gpu_type_name_must_be_a_string() -> None:
 def test_gpu_features_are_unique() -> None:
     data = mutate(example(), ("gpu_types", "a100_40g", "feature"), "a100_80g")
     assert issues_of(data) == [
-        "gpu_types.a100_40g.feature: duplicate feature 'a100_80g' (first at gpu_types.a100_80g.feature)"
+        "gpu_types.a100_40g.feature: duplicate feature 'a100_80g' "
+        "(first at gpu_types.a100_80g.feature)"
     ]
 
 
@@ -543,7 +585,8 @@ def test_no_default_check_waits_for_unparsed_defaults() -> None:
 
 def test_partition_names_are_unique() -> None:
     assert issues_of(mutate(example(), (*PART, 1, "name"), "gpu")) == [
-        "cluster.partitions[1].name: duplicate partition name 'gpu' (first at cluster.partitions[0].name)"
+        "cluster.partitions[1].name: duplicate partition name 'gpu' "
+        "(first at cluster.partitions[0].name)"
     ]
 
 
@@ -578,7 +621,7 @@ def test_node_features_not_twice_in_one_class() -> None:
     assert issues_of(data) == ["node_classes[2].features[2]: feature 'v100' is listed twice"]
 
 
-# --------------------------------------------------------------------------- unknown and missing keys
+# --------------------------------------------------------------------------- unknown, missing keys
 
 ALL_MAPPINGS = list(mapping_paths(EXAMPLE_DATA))
 
@@ -638,7 +681,16 @@ REQUIRED_KEYS = [
     *[(GPU, key) for key in GPU_SPEC],
     *[
         ((*NC, 0), key)
-        for key in ("name", "nodes", "gpu_type", "gpus_per_node", "leaf_switch", "features", "cpus", "memory_mb")
+        for key in (
+            "name",
+            "nodes",
+            "gpu_type",
+            "gpus_per_node",
+            "leaf_switch",
+            "features",
+            "cpus",
+            "memory_mb",
+        )
     ],
     (("budgets",), "org"),
     (("budgets",), "programs"),
@@ -668,7 +720,7 @@ def test_every_knob_is_type_checked(section: str) -> None:
     assert all("expected a" in line and line.endswith("got a list") for line in got)
 
 
-# --------------------------------------------------------------------------- the document and the file
+# --------------------------------------------------------------------------- document and file
 
 
 @pytest.mark.parametrize(
@@ -798,10 +850,10 @@ def test_duplicate_keys_are_reported_with_the_other_errors(tmp_path: Path) -> No
 
 def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
     text = EXAMPLE_TEXT.replace(
-        "  - name: a100-40g\n    nodes: \"gpu[03-04]\"\n    gpu_type: a100_40g\n"
+        '  - name: a100-40g\n    nodes: "gpu[03-04]"\n    gpu_type: a100_40g\n'
         "    gpus_per_node: 8\n    leaf_switch: leaf2\n    features: [a100, a100_40g, nvlink]\n"
         "    cpus: 64\n    memory_mb: 512000\n",
-        "  - <<: *big\n    name: a100-40g\n    nodes: \"gpu[03-04]\"\n    gpu_type: a100_40g\n"
+        '  - <<: *big\n    name: a100-40g\n    nodes: "gpu[03-04]"\n    gpu_type: a100_40g\n'
         "    leaf_switch: leaf2\n    features: [a100, a100_40g, nvlink]\n",
     ).replace("  - name: a100-80g\n", "  - &big\n    name: a100-80g\n")
     assert "<<: *big" in text
@@ -866,6 +918,7 @@ def test_all_nodes_is_in_natural_order() -> None:
 
 
 # --------------------------------------------------------------------------- only ConfigError, ever
+
 
 def _all_keys(node: object) -> set[str]:
     if isinstance(node, dict):
@@ -936,8 +989,12 @@ ALL_PATHS = list(_leaf_paths(EXAMPLE_DATA))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.one_of(st.just(DELETE), YAMLISH)), max_size=4))
-def test_mutated_example_only_raises_config_error(changes: list[tuple[tuple[Key, ...], object]]) -> None:
+@given(
+    st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.one_of(st.just(DELETE), YAMLISH)), max_size=4)
+)
+def test_mutated_example_only_raises_config_error(
+    changes: list[tuple[tuple[Key, ...], object]],
+) -> None:
     data = example()
     for keys, value in changes:
         try:
