@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_ml import proc
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.version import SlurmVersion
 
 DEBIAN_PACKAGES = (
     "munge",
@@ -65,16 +66,13 @@ def debian_version() -> str:
         ) from exc
 
 
-def parse_slurm_version(text: str) -> tuple[int, int, int]:
-    """``slurm-wlm 22.05.8`` / ``slurm 24.11.5`` → (22, 5, 8)."""
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    if not m:
-        raise DevClusterError(f"cannot read a Slurm version from {text.strip()!r}")
-    return int(m[1]), int(m[2]), int(m[3])
-
-
 def slurm_version() -> tuple[int, int, int]:
-    return parse_slurm_version(proc.run(["slurmctld", "-V"], timeout_s=10).stdout)
+    """The installed slurmctld's version, e.g. (22, 5, 8)."""
+    try:
+        v = SlurmVersion.parse(proc.run(["slurmctld", "-V"], timeout_s=10).stdout)
+    except SlurmError as exc:
+        raise DevClusterError(str(exc)) from exc
+    return v.major, v.minor, v.micro
 
 
 def missing_packages(names: tuple[str, ...]) -> list[str]:

@@ -20,3 +20,20 @@ def site_factor_batches(factors: Mapping[int, int], batch_size: int) -> list[tup
         for i in range(0, len(jobs), batch_size):
             out.append((value, jobs[i:i + batch_size]))
     return out
+
+
+def site_factor_scripts(factors: Mapping[int, int], batch_size: int) -> list[list[str]]:
+    """The scontrol stdin scripts that set ``factors``: one list of lines per process.
+
+    Each line is ``update JobId=a,b,c SiteFactor=N``; one process gets lines for at
+    most ``batch_size`` jobs.
+    """
+    scripts: list[list[str]] = []
+    in_chunk = 0
+    for value, jobs in site_factor_batches(factors, batch_size):
+        if not scripts or in_chunk + len(jobs) > batch_size:
+            scripts.append([])
+            in_chunk = 0
+        scripts[-1].append(f"update JobId={','.join(map(str, jobs))} SiteFactor={value}")
+        in_chunk += len(jobs)
+    return scripts

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.slurm import parse
-from slurm_ml.slurm.batching import site_factor_batches
+from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
 from slurm_ml.slurm.protocol import SubmitRequest
 from slurm_ml.slurm.runner import SlurmRunner
@@ -100,21 +100,10 @@ class CliSlurm:
         Jobs sharing a value go in one ``update JobId=a,b,c SiteFactor=N`` line,
         and up to ``batch_size`` jobs' lines are fed to one scontrol on stdin.
         """
-        batches = site_factor_batches(factors, self.batch_size)
-        calls = 0
-        chunk: list[str] = []
-        in_chunk = 0
-        for value, jobs in batches:
-            if in_chunk and in_chunk + len(jobs) > self.batch_size:
-                self._scontrol_script(chunk)
-                calls += 1
-                chunk, in_chunk = [], 0
-            chunk.append(f"update JobId={','.join(map(str, jobs))} SiteFactor={value}")
-            in_chunk += len(jobs)
-        if chunk:
-            self._scontrol_script(chunk)
-            calls += 1
-        return calls
+        scripts = site_factor_scripts(factors, self.batch_size)
+        for lines in scripts:
+            self._scontrol_script(lines)
+        return len(scripts)
 
     def _scontrol_script(self, lines: list[str]) -> None:
         argv = ["scontrol"]

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
-from slurm_ml.slurm.batching import site_factor_batches
+from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.protocol import SubmitRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
@@ -93,18 +93,15 @@ class FakeSlurm:
         return out
 
     def set_site_factor(self, factors: Mapping[int, int]) -> int:
-        calls = 0
-        in_chunk = 0
-        for value, jobs in site_factor_batches(factors, self.batch_size):
-            if in_chunk == 0 or in_chunk + len(jobs) > self.batch_size:
-                calls += 1
-                in_chunk = 0
-                self._call("scontrol", "update", "SiteFactor")
-            in_chunk += len(jobs)
-            for jid in jobs:
-                if jid in self.jobs:
-                    self.jobs[jid] = replace(self.jobs[jid], site_factor=value)
-        return calls
+        scripts = site_factor_scripts(factors, self.batch_size)
+        for lines in scripts:
+            self._call("scontrol", "update", "SiteFactor")
+            for line in lines:
+                ids, _, value = line.removeprefix("update JobId=").partition(" SiteFactor=")
+                for jid in map(int, ids.split(",")):
+                    if jid in self.jobs:
+                        self.jobs[jid] = replace(self.jobs[jid], site_factor=int(value))
+        return len(scripts)
 
     def site_factors(self) -> dict[int, int]:
         return {j.job_id: j.site_factor or 0 for j in self.jobs.values()
