@@ -129,7 +129,8 @@ def _cluster(state_dir: str | None, config_path: str | None) -> Any:
 
     root = Path(state_dir or os.environ.get("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
     cfg = _load_config(config_path or DEFAULT_CONFIG)
-    return DevCluster(cfg, Layout(root), say=lambda m: click.echo(m, err=True))
+    path = Path(config_path or DEFAULT_CONFIG).resolve()
+    return DevCluster(cfg, Layout(root), say=lambda m: click.echo(m, err=True), config_path=path)
 
 
 def _devcluster_errors() -> tuple[type[BaseException], ...]:
@@ -249,6 +250,65 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
     daemons = ", ".join(f"{k}={'up' if v['running'] else 'DOWN'}"
                         for k, v in status["processes"].items() if not k.startswith("slurmd-"))
     click.echo(f"daemons: {daemons}")
+
+
+# ------------------------------------------------------------------- admission
+_SOCKET_HELP = ("submitd's Unix socket "
+                "(default $SLURM_ML_SUBMITD_SOCKET or /run/slurm-ml/submitd.sock).")
+
+
+def _socket_path(value: str | None) -> Path:
+    from slurm_ml.submitd.run import DEFAULT_SOCKET
+
+    return Path(value or os.environ.get("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
+
+
+@main.command("submitd")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="slurm-ml.yaml (default conf/slurm-ml.yaml); re-read on SIGHUP.")
+@click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
+@click.option("--group", default=None,
+              help="Group that owns the socket (SlurmUser's group); mode is 0660.")
+@click.option("--dsn", default=None, help="PostgreSQL DSN (default store.dsn or $SLURM_ML_DSN).")
+def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | None,
+                dsn: str | None) -> None:
+    """Run the admission policy server that job_submit.lua asks (foreground).
+
+    SIGHUP re-reads the config (a bad one is refused, the old one kept) and refreshes
+    budget standing and GPU memory profiles from PostgreSQL; SIGTERM stops it.
+    """
+    from slurm_ml.submitd.run import run_submitd
+    from slurm_ml.submitd.server import SubmitdError
+
+    path = Path(config_path or DEFAULT_CONFIG)
+    cfg = _load_config(path)
+    try:
+        run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn)
+    except (SubmitdError, OSError) as exc:
+        _fail(str(exc))
+
+
+@main.command("submitd-ctl")
+@click.argument("action", type=click.Choice(["ping", "stats", "refresh"]))
+@click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
+    """Ask a running submitd: ping, stats, or refresh its state now.
+
+    Exit 3 when submitd does not answer.
+    """
+    from slurm_ml.submitd.client import SubmitdUnavailable, ask
+
+    try:
+        reply = ask(_socket_path(socket_path), {"v": 1, "op": action})
+    except SubmitdUnavailable as exc:
+        _fail(str(exc), EXIT_NOT_READY)
+    if as_json:
+        _emit(reply, True, "")
+    elif action == "stats":
+        click.echo("\n".join(f"{k}: {v}" for k, v in sorted(reply.get("stats", {}).items())))
+    else:
+        click.echo(reply.get("action", "?"))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -163,6 +163,12 @@ class AdmissionConfig:
 
     memory_margin_pct: float = _knob(10.0, _margin_percent)  # safety margin on GPU memory needs
     socket_timeout_ms: int = _knob(200, _gt(0))  # total time the Lua shim waits for an answer
+    breaker_failures: int = _knob(3, _ge(1))  # consecutive shim failures that open the breaker
+    breaker_cooldown_s: float = _knob(30.0, _gt(0))  # the shim skips submitd this long when open
+    default_min_runtime_min: int = _knob(60, _ge(0))  # protected runtime when --time-min is unset
+    leaf_switch_wait_min: float = _knob(10.0, _ge(0))  # multi-node jobs wait this long for one leaf
+    profile_runs: int = _knob(20, _ge(1))  # last runs of a job name the memory p95 is taken over
+    state_refresh_s: float = _knob(60.0, _gt(0))  # submitd reloads budgets/profiles this often
 
 
 @dataclass(frozen=True, slots=True)

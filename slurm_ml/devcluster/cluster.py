@@ -12,8 +12,10 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from slurm_ml.slurm import accounts, render
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.runner import SlurmRunner
+from slurm_ml.submitd.client import ask
 
 Say = Callable[[str], None]
 
@@ -48,8 +51,10 @@ class Secrets:
 class DevCluster:
     """Bring the dev cluster up or down, and report on it."""
 
-    def __init__(self, cfg: Config, layout: Layout, say: Say = print) -> None:
+    def __init__(self, cfg: Config, layout: Layout, say: Say = print,
+                 config_path: Path | None = None) -> None:
         self.cfg = cfg
+        self.config_path = config_path  # submitd re-reads it on SIGHUP
         self.layout = layout
         self.say = say
         self.host = socket.gethostname()
@@ -73,6 +78,7 @@ class DevCluster:
             "SLURM_ML_DSN": self.dsn(),
             "SLURM_ML_DEVCLUSTER": str(self.layout.root),
             "SLURM_ML_SPOOL_DIR": str(self.layout.spool),
+            "SLURM_ML_SUBMITD_SOCKET": str(self.layout.submitd_socket),
         }
 
     def _secrets(self) -> Secrets:
@@ -107,6 +113,7 @@ class DevCluster:
             ("slurmd nodes", self._slurmd),
             ("PostgreSQL", self._postgres),
             ("database schema", self._migrate),
+            ("admission server (submitd)", self.start_submitd),
         ]
         for i, (name, step) in enumerate(steps, 1):
             self.say(f"[{i}/{len(steps)}] {name} ...")
@@ -172,6 +179,8 @@ class DevCluster:
             mysql_password=self._secrets().mysql_password,
             mysql_db=MYSQL_DB,
             header=f"Dev cluster in {L.root}; re-rendered by `slurm-ml devcluster up`.",
+            job_submit_plugins="lua",
+            submitd_socket=str(L.submitd_socket),
         )
 
     def _render(self) -> None:
@@ -191,7 +200,7 @@ class DevCluster:
             cgroup.write_text("# Dev cluster: no cgroup enforcement.\nCgroupPlugin=disabled\n")
             cgroup.chmod(0o644)
         (self.layout.etc / "slurmdbd.conf").chmod(0o600)
-        for name in ("slurm.conf", "gres.conf", "topology.conf"):
+        for name in ("slurm.conf", "gres.conf", "topology.conf", "job_submit.lua"):
             (self.layout.etc / name).chmod(0o644)
 
     def _munge(self) -> None:
@@ -318,6 +327,32 @@ class DevCluster:
             if n.state == "DOWN" or (n.drained and not n.reason.startswith("slurm-ml:")):
                 client.resume_node(n.name)
 
+    # ------------------------------------------------------------ submitd
+    def submitd_pid(self) -> int | None:
+        return daemons.alive(self.layout.pidfile("submitd"), "submitd")
+
+    def _submitd_answers(self) -> bool:
+        return ask(self.layout.submitd_socket, {"v": 1, "op": "ping"}, 1.0).get(
+            "action") == "pong"
+
+    def start_submitd(self) -> None:
+        """Start submitd (or make a running one re-read its config) and wait for it."""
+        L = self.layout
+        pid = self.submitd_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGHUP)
+            return
+        argv = [sys.executable, "-m", "slurm_ml.cli", "-v", "submitd",
+                "--socket", str(L.submitd_socket), "--dsn", self.dsn()]
+        if self.config_path is not None:
+            argv += ["--config", str(self.config_path)]
+        pid = proc.spawn_daemon(argv, log_path=str(L.log / "submitd.log"))
+        L.pidfile("submitd").write_text(f"{pid}\n")
+        daemons.wait_for("submitd", self._submitd_answers, 30)
+
+    def stop_submitd(self) -> bool:
+        return daemons.stop(self.layout.pidfile("submitd"), "submitd")
+
     def _pg_bin(self, name: str) -> str:
         versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
                           key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
@@ -390,6 +425,8 @@ class DevCluster:
         platform.require_root()
         L = self.layout
         stopped = []
+        if self.stop_submitd():
+            stopped.append("submitd")
         for node in self.nodes():
             if daemons.stop(L.pidfile(f"slurmd-{node}"), "slurmd"):
                 stopped.append(f"slurmd {node}")
@@ -421,6 +458,8 @@ class DevCluster:
         for node in self.nodes():
             pid = daemons.alive(L.pidfile(f"slurmd-{node}"), "slurmd")
             procs[f"slurmd-{node}"] = {"running": pid is not None, "pid": pid}
+        submitd = self.submitd_pid()
+        procs["submitd"] = {"running": submitd is not None, "pid": submitd}
         pg_pid = daemons.read_pid(L.pg / "data" / "postmaster.pid")
         pg_up = (L.pg / "data" / "PG_VERSION").exists() and self._pg_running()
         procs["postgresql"] = {"running": pg_up, "pid": pg_pid if pg_up else None}

@@ -84,5 +84,9 @@ class Layout:
     def state_file(self) -> Path:
         return self.root / "state.json"
 
+    @property
+    def submitd_socket(self) -> Path:
+        return self.run / "submitd.sock"
+
     def pidfile(self, name: str) -> Path:
         return self.run / f"{name}.pid"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_ml.model import BudgetTree
+from slurm_ml.model import ALLOC_QOS, FREE_QOS, BudgetTree
 from slurm_ml.slurm.runner import SlurmRunner
 
 
@@ -26,7 +26,7 @@ def default_qos_specs(
     """QOS ``alloc`` (charged, protected, preempts ``free``) and ``free`` (uncharged, requeued)."""
     return [
         QosSpec(
-            "free",
+            FREE_QOS,
             (
                 ("UsageFactor", "0"),
                 ("PreemptMode", "requeue"),
@@ -35,10 +35,10 @@ def default_qos_specs(
             ),
         ),
         QosSpec(
-            "alloc",
+            ALLOC_QOS,
             (
                 ("UsageFactor", "1"),
-                ("Preempt", "free"),
+                ("Preempt", FREE_QOS),
                 ("PreemptExemptTime", f"{int(min_runtime_cap_hours):02d}:00:00"),
                 ("Priority", "100"),
             ),
@@ -77,7 +77,7 @@ def plan_qos(existing: Sequence[str], specs: Sequence[QosSpec]) -> list[list[str
 
 
 def plan_tree(
-    cluster: str, tree: BudgetTree, existing: Sequence[Assoc], qos: str = "alloc,free"
+    cluster: str, tree: BudgetTree, existing: Sequence[Assoc], qos: str = f"{ALLOC_QOS},{FREE_QOS}"
 ) -> list[list[str]]:
     """sacctmgr commands that add the accounts and user associations that are missing."""
     have_accounts = {a.account for a in existing if not a.user}
@@ -89,7 +89,7 @@ def plan_tree(
         cmd = ["sacctmgr", "-i", "add", "account", name, f"cluster={cluster}"]
         cmd += [f"parent={parent}"] if parent else []
         cmd += [f"description={name}", f"organization={tree.org}"]
-        cmd += [f"qos={qos}", "defaultqos=alloc"]
+        cmd += [f"qos={qos}", f"defaultqos={ALLOC_QOS}"]
         cmds.append(cmd)
     for user, accounts in tree.user_accounts().items():
         for i, account in enumerate(accounts):
@@ -99,7 +99,7 @@ def plan_tree(
             cmd += [f"cluster={cluster}"]
             if i == 0:
                 cmd.append(f"defaultaccount={account}")
-            cmd += [f"qos={qos}", "defaultqos=alloc"]
+            cmd += [f"qos={qos}", f"defaultqos={ALLOC_QOS}"]
             cmds.append(cmd)
     return cmds
 

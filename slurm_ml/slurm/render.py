@@ -9,6 +9,7 @@ cluster and the policy can never disagree about GPU types or topology.
 from __future__ import annotations
 
 import os
+import re
 import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ class SiteParams:
     prolog: str = ""
     epilog: str = ""
     job_submit_plugins: str = ""
+    submitd_socket: str = "/run/slurm-ml/submitd.sock"  # where job_submit.lua asks submitd
     prolog_epilog_timeout_s: int = 60
     priority_weight_fairshare: int = 100
     priority_weight_age: int = 100
@@ -65,6 +67,36 @@ def conf_dir() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / "conf"
+
+
+def shim_source() -> Path:
+    """The job_submit.lua shim shipped with slurm-ml (the repo's ``job_submit/``)."""
+    return Path(__file__).resolve().parents[2] / "job_submit" / "job_submit.lua"
+
+
+_SHIM_SETTINGS = ("SOCKET_PATH", "TIMEOUT_MS", "BREAKER_FAILURES", "BREAKER_COOLDOWN_S")
+
+
+def render_shim(text: str, cfg: Config, site: SiteParams) -> str:
+    """The shim with its settings block filled from slurm-ml.yaml and the site."""
+    adm = cfg.policy.admission
+    values = {
+        "SOCKET_PATH": '"' + site.submitd_socket.replace("\\", "\\\\").replace('"', '\\"') + '"',
+        "TIMEOUT_MS": str(adm.socket_timeout_ms),
+        "BREAKER_FAILURES": str(adm.breaker_failures),
+        "BREAKER_COOLDOWN_S": f"{adm.breaker_cooldown_s:g}",
+    }
+    for name in _SHIM_SETTINGS:
+        line = f"local {name} = {values[name]}".replace("\\", "\\\\")  # literal for re
+        text, n = re.subn(rf"^local {name} = .*$", line, text, count=1, flags=re.MULTILINE)
+        if n != 1:
+            raise TemplateError(f"job_submit.lua: settings line 'local {name} = ...' is missing")
+    return text
+
+
+def max_switch_wait_s(cfg: Config) -> int:
+    """SchedulerParameters=max_switch_wait: caps every job's --switches wait (default 300)."""
+    return max(300, int(cfg.policy.admission.leaf_switch_wait_min * 60))
 
 
 def accounting_tres(cfg: Config) -> str:
@@ -140,6 +172,7 @@ def _values(cfg: Config, site: SiteParams) -> dict[str, str]:
         partition_lines=partition_lines(cfg),
         gres_lines=gres_lines(cfg, site),
         switch_lines=switch_lines(cfg),
+        max_switch_wait_s=str(max_switch_wait_s(cfg)),
         prolog_line=f"Prolog={site.prolog}" if site.prolog else "#Prolog= (not installed)",
         epilog_line=f"Epilog={site.epilog}" if site.epilog else "#Epilog= (not installed)",
         job_submit_line=(
@@ -170,4 +203,10 @@ def render_all(cfg: Config, site: SiteParams, templates: Path | None = None) -> 
         except OSError as exc:
             raise TemplateError(f"{path}: cannot read template: {exc.strerror}") from exc
         out[name] = render_text(text, cfg, site, name=str(path))
+    if "lua" in site.job_submit_plugins.split(","):
+        try:
+            shim = shim_source().read_text()
+        except OSError as exc:
+            raise TemplateError(f"{shim_source()}: cannot read the shim: {exc.strerror}") from exc
+        out["job_submit.lua"] = render_shim(shim, cfg, site)
     return out

@@ -1,0 +1,196 @@
+--[[
+slurm-ml job_submit shim (Lua 5.1, Slurm job_submit/lua).
+
+Forwards each submission as one JSON line over a Unix socket to `slurm-ml submitd`
+and applies the rewrite it answers, or rejects the job with its message. Policy lives
+in Python (slurm_ml/policy/admission.py); this file only carries fields both ways.
+
+It fails open: if submitd is down, slow (over TIMEOUT_MS in total), answers garbage,
+or this script itself errors, the job is accepted unchanged and slurmctld.log says
+why. After BREAKER_FAILURES failures in a row it stops asking for BREAKER_COOLDOWN_S
+seconds, so a dead submitd costs nothing.
+
+Needs Debian packages lua-socket and lua-cjson. Install as job_submit.lua next to
+slurm.conf with JobSubmitPlugins=lua; `slurm-ml` rewrites the settings block below
+when it installs the file.
+--]]
+
+-- settings (slurm-ml rewrites these lines on install) -------------------------------
+local SOCKET_PATH = "/run/slurm-ml/submitd.sock"
+local TIMEOUT_MS = 200
+local BREAKER_FAILURES = 3
+local BREAKER_COOLDOWN_S = 30
+-- end settings ----------------------------------------------------------------------
+
+local PROTOCOL = 1
+local NO_VAL = 4294967294
+local NO_VAL16 = 65534
+
+-- job_desc fields sent to submitd (slurm_ml/submitd/wire.py JOB_FIELDS)
+local JOB_FIELDS = {
+  "user_name", "user_id", "account", "partition", "qos",
+  "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
+  "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
+  "time_limit", "time_min", "requeue", "name", "comment", "array_inx",
+  "het_job_offset", "shared", "req_switch", "wait4switch", "job_id",
+}
+-- an update touching one of these is re-checked (wire.py SHAPE_FIELDS)
+local SHAPE_FIELDS = {
+  "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
+  "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
+}
+
+local have_libs, socket, unix, cjson = pcall(function()
+  local s = require("socket")
+  local u = require("socket.unix")
+  local j = require("cjson")
+  -- luasocket 3.0 exposes unix.stream(); older builds make the module itself callable
+  if type(u) == "table" and u.stream then u = u.stream end
+  return s, u, j
+end)
+if not have_libs then
+  slurm.log_error("slurm-ml: lua-socket/lua-cjson missing (%s); all jobs pass unchanged",
+                  tostring(socket))
+end
+
+local failures = 0
+local open_until = 0
+
+local function now()
+  return socket.gettime()
+end
+
+local function read_fields(src)
+  local out = {}
+  for _, key in ipairs(JOB_FIELDS) do
+    local ok, value = pcall(function() return src[key] end)
+    if ok and value ~= nil and value ~= NO_VAL and value ~= NO_VAL16 then
+      local kind = type(value)
+      if kind == "string" or kind == "number" or kind == "boolean" then
+        out[key] = value
+      end
+    end
+  end
+  return out
+end
+
+-- One request/reply exchange within the total deadline; returns reply or nil, why.
+local function ask(request)
+  local deadline = now() + TIMEOUT_MS / 1000
+  local conn = unix()
+  local function left()
+    local t = deadline - now()
+    if t <= 0 then error("timed out after " .. TIMEOUT_MS .. " ms", 0) end
+    conn:settimeout(t)
+  end
+  local ok, result = pcall(function()
+    left()
+    local _, err = conn:connect(SOCKET_PATH)
+    if err then error("connect " .. SOCKET_PATH .. ": " .. err, 0) end
+    left()
+    local _, serr = conn:send(cjson.encode(request) .. "\n")
+    if serr then error("send: " .. serr, 0) end
+    left()
+    local line, rerr = conn:receive("*l")
+    if not line then error("receive: " .. tostring(rerr), 0) end
+    return cjson.decode(line)
+  end)
+  conn:close()
+  if not ok then return nil, tostring(result) end
+  if type(result) ~= "table" then return nil, "reply is not a JSON object" end
+  return result
+end
+
+local function breaker_open(who)
+  if failures >= BREAKER_FAILURES and now() < open_until then
+    slurm.log_info("slurm-ml: %s accepted unchanged: submitd skipped for %.0f s more " ..
+                   "after %d failures", who, open_until - now(), failures)
+    return true
+  end
+  return false
+end
+
+local function note_failure(who, why)
+  failures = failures + 1
+  if failures >= BREAKER_FAILURES then
+    open_until = now() + BREAKER_COOLDOWN_S
+  end
+  slurm.log_error("slurm-ml: %s accepted unchanged: %s (failure %d)", who, why, failures)
+end
+
+local function apply(job_desc, changes)
+  for key, value in pairs(changes) do
+    if value == cjson.null then value = "" end
+    job_desc[key] = value
+  end
+end
+
+-- Ask submitd and act on the answer; every failure path accepts the job unchanged.
+local function consult(request, job_desc, who)
+  if not have_libs or breaker_open(who) then return slurm.SUCCESS end
+  local reply, why = ask(request)
+  if not reply then
+    note_failure(who, why)
+    return slurm.SUCCESS
+  end
+  failures = 0
+  local message = reply.message
+  if reply.action == "reject" then
+    if type(message) == "string" and message ~= "" then slurm.log_user("%s", message) end
+    slurm.log_info("slurm-ml: %s rejected: %s", who, tostring(message))
+    local code = tonumber(reply.code)
+    if code == nil or code == 0 then code = slurm.ERROR end
+    return code
+  end
+  if reply.action ~= "accept" then
+    slurm.log_error("slurm-ml: %s accepted unchanged: submitd says %s: %s", who,
+                    tostring(reply.action), tostring(reply.error))
+    return slurm.SUCCESS
+  end
+  if type(reply.set) == "table" then
+    local ok, err = pcall(apply, job_desc, reply.set)
+    if not ok then
+      slurm.log_error("slurm-ml: %s: could not apply the rewrite: %s", who, tostring(err))
+    end
+  end
+  if type(message) == "string" and message ~= "" then slurm.log_user("%s", message) end
+  return slurm.SUCCESS
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local ok, rc = pcall(function()
+    local job = read_fields(job_desc)
+    local who = "job of " .. tostring(job.user_name or submit_uid)
+    return consult({v = PROTOCOL, op = "submit", uid = submit_uid, job = job}, job_desc, who)
+  end)
+  if not ok then
+    slurm.log_error("slurm-ml: job accepted unchanged: shim error: %s", tostring(rc))
+    return slurm.SUCCESS
+  end
+  return rc
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  local ok, rc = pcall(function()
+    if modify_uid == 0 then return slurm.SUCCESS end  -- root's updates are deliberate
+    local update = read_fields(job_desc)
+    local touches = false
+    for _, key in ipairs(SHAPE_FIELDS) do
+      if update[key] ~= nil and update[key] ~= "" then touches = true end
+    end
+    if not touches then return slurm.SUCCESS end
+    local current = read_fields(job_rec)
+    local who = "update of job " .. tostring(current.job_id)
+    return consult({v = PROTOCOL, op = "modify", uid = modify_uid, job = update,
+                    current = current}, job_desc, who)
+  end)
+  if not ok then
+    slurm.log_error("slurm-ml: update accepted unchanged: shim error: %s", tostring(rc))
+    return slurm.SUCCESS
+  end
+  return rc
+end
+
+slurm.log_info("slurm-ml: job_submit shim loaded (socket %s, timeout %d ms)", SOCKET_PATH,
+               TIMEOUT_MS)
+return slurm.SUCCESS

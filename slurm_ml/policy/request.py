@@ -1,0 +1,98 @@
+"""What admission decides on: one job (or het component) as submitted, already parsed.
+
+The Lua shim sends raw ``job_desc`` fields; ``slurm_ml.submitd.wire`` turns them into a
+``JobRequest`` (so the Slurm-version quirks stay at the edge), and ``submit-check``
+builds the same fields from sbatch options. Policy only ever sees this type.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from slurm_ml.model import GpuRequest
+
+#: ``--time-min=0`` reaches job_submit as INFINITE on 22.05 (Slurm reads "0" as "no
+#: limit") and slurmctld then rejects it; wire maps both spellings to 0.
+NO_MIN_RUNTIME = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One submission (or one het component / update) in slurm-ml's terms."""
+
+    user: str
+    name: str = ""
+    account: str | None = None
+    partitions: tuple[str, ...] = ()  # empty = the default partition
+    qos: str | None = None
+    gpus: tuple[GpuRequest, ...] = ()
+    features: str = ""  # --constraint expression, verbatim
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    num_tasks: int | None = None
+    ntasks_per_node: int | None = None
+    time_limit_min: int | None = None
+    time_min_min: int | None = None  # None = not given; 0 = "no protected runtime"
+    requeue: bool | None = None  # None = cluster default (JobRequeue=1)
+    comment: str = ""
+    array: str | None = None
+    het_offset: int | None = None
+    exclusive: bool | None = None
+    switches: int | None = None
+    job_id: int | None = None  # set for updates of an existing job
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_gpu(self) -> bool:
+        return any(g.count > 0 for g in self.gpus)
+
+    @property
+    def typed_gpus(self) -> frozenset[str]:
+        return frozenset(g.gpu_type for g in self.gpus if g.gpu_type)
+
+    def total_gpus(self) -> int | None:
+        """GPUs the whole job asks for, or None when it cannot be known (per socket)."""
+        total = 0
+        for g in self.gpus:
+            if g.per == "job":
+                total += g.count
+            elif g.per == "node":
+                total += g.count * (self.min_nodes or 1)
+            elif g.per == "task":
+                total += g.count * (self.num_tasks or 1)
+            else:
+                return None
+        return total
+
+
+_KEY = re.compile(r"(?:^|[\s,;])(?P<key>[A-Za-z_][\w]*)(?:=(?P<value>[^\s,;]*))?")
+
+
+def comment_keys(comment: str) -> dict[str, str]:
+    """``gpu_mem=30G allow_fragment`` → {"gpu_mem": "30G", "allow_fragment": ""}.
+
+    Keys are matched case-insensitively; the rest of a comment is the user's own.
+    """
+    return {m["key"].lower(): m["value"] or "" for m in _KEY.finditer(comment or "")}
+
+
+_MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?)(?:I?B)?$", re.IGNORECASE)
+_TO_GB = {"": 1.0, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+class BadCommentKey(ValueError):
+    """A slurm-ml key in --comment that cannot be read, e.g. ``gpu_mem=lots``."""
+
+
+def gpu_mem_gb(comment: str) -> float | None:
+    """The ``gpu_mem=<N>G`` need in a comment, in GB; a bare number means GB."""
+    raw = comment_keys(comment).get("gpu_mem")
+    if raw is None:
+        return None
+    m = _MEM.match(raw.strip())
+    if not m or float(m["num"]) <= 0:
+        raise BadCommentKey(
+            f"gpu_mem={raw!r} in --comment is not a GPU memory size; write it like gpu_mem=30G"
+        )
+    return float(m["num"]) * _TO_GB[m["unit"].upper()]

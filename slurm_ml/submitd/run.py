@@ -1,0 +1,47 @@
+"""Wire submitd together: config, store, state refresher, server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from slurm_ml.config import Config
+from slurm_ml.store.errors import StoreError
+from slurm_ml.store.postgres import PostgresStore
+from slurm_ml.store.protocol import Store
+from slurm_ml.submitd.server import PolicyServer, serve
+from slurm_ml.submitd.state import StateRefresher
+
+log = logging.getLogger(__name__)
+DEFAULT_SOCKET = Path("/run/slurm-ml/submitd.sock")
+
+
+def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
+    """The configured PostgreSQL store, or None (admission then runs without state)."""
+    target = dsn or cfg.store.dsn or os.environ.get("SLURM_ML_DSN", "")
+    if not target:
+        log.warning("no database configured (store.dsn / $SLURM_ML_DSN): admission runs "
+                    "without budget standing or GPU memory profiles")
+        return None
+    try:
+        return PostgresStore(target, connect_timeout_s=cfg.store.connect_timeout_s)
+    except (StoreError, ValueError) as exc:
+        log.error("database DSN unusable, running without state: %s", exc)
+        return None
+
+
+def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path,
+                group: str | None = None, dsn: str | None = None) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    store = open_store(cfg, dsn)
+    refresher = StateRefresher(store, cfg)
+    refresher.start()
+    server = PolicyServer(cfg, refresher, config_path=config_path)
+    try:
+        asyncio.run(serve(server, socket_path, group))
+    finally:
+        refresher.stop()
+        if store is not None:
+            store.close()

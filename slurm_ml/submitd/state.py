@@ -1,0 +1,109 @@
+"""Keep admission's view of budgets and GPU memory profiles fresh, off the request path.
+
+A background thread reads PostgreSQL every ``state_refresh_s`` (or when poked) and swaps
+in a new immutable AdmissionState. If the database is down the last good state stays in
+use and the failure is logged once per outage: admission degrades, it never blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from slurm_ml.config import Config
+from slurm_ml.policy.admission_state import (
+    AdmissionState,
+    account_standing,
+    window_capacity_gpu_hours,
+)
+from slurm_ml.store.errors import StoreError
+from slurm_ml.store.protocol import Store
+from slurm_ml.store.records import BudgetSnapshot, GpuMemProfile
+
+log = logging.getLogger(__name__)
+
+
+def build_state(cfg: Config, snapshots: Sequence[BudgetSnapshot],
+                profiles: Sequence[GpuMemProfile], now: datetime) -> AdmissionState:
+    """Store rows → the AdmissionState policy reads."""
+    capacity = window_capacity_gpu_hours(cfg)
+    standing = {
+        s.account: account_standing(s.account, s.budget_share, s.usage_gpu_hours,
+                                    s.site_factor, capacity)
+        for s in snapshots
+    }
+    gb = {(p.user, p.job_name): p.p95_mem_mb / 1024 for p in profiles}
+    return AdmissionState(standing=standing, profiles_gb=gb, loaded_at=now)
+
+
+class StateRefresher:
+    """Owns the current AdmissionState; ``current`` is safe to read from any thread."""
+
+    def __init__(self, store: Store | None, cfg: Config,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._store = store
+        self._cfg = cfg
+        self._clock = clock
+        self.current = AdmissionState()
+        self.generation = 0
+        self.last_error: str | None = None
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def set_config(self, cfg: Config) -> None:
+        self._cfg = cfg
+        self.poke()
+
+    def refresh_once(self) -> bool:
+        """Load from the store now; False (state kept) when the store failed."""
+        if self._store is None:
+            return False
+        try:
+            snapshots = self._store.latest_budget_snapshots()
+            profiles = self._store.gpu_mem_profiles(self._cfg.policy.admission.profile_runs)
+        except StoreError as exc:
+            if self.last_error is None:
+                log.error("state refresh failed, keeping the state from %s: %s",
+                          self.current.loaded_at, exc)
+            self.last_error = str(exc)
+            return False
+        self.current = build_state(self._cfg, snapshots, profiles, self._clock())
+        if self.last_error is not None:
+            log.warning("state refresh works again")
+        self.last_error = None
+        with self._done:
+            self.generation += 1
+            self._done.notify_all()
+        log.info("state refreshed generation=%d accounts=%d profiles=%d", self.generation,
+                 len(self.current.standing), len(self.current.profiles_gb))
+        return True
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    def wait_generation(self, after: int, timeout_s: float) -> bool:
+        with self._done:
+            return self._done.wait_for(lambda: self.generation > after, timeout_s)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="state-refresh", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh_once()
+            except Exception:  # keep refreshing; a bad row must not freeze the state forever
+                log.exception("state refresh crashed; keeping the last good state")
+            self._poke.wait(self._cfg.policy.admission.state_refresh_s)
+            self._poke.clear()
