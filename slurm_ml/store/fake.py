@@ -15,12 +15,14 @@ from datetime import datetime
 from typing import TypeVar
 
 from slurm_ml.store.errors import StoreError, StoreUnavailable
+from slurm_ml.store.profiles import check_runs, percentile_cont
 from slurm_ml.store.protocol import OneWritePath, WriteOutcome
 from slurm_ml.store.records import (
     RECORD_TYPES,
     AuditEntry,
     BudgetSnapshot,
     Decision,
+    GpuMemProfile,
     HealthEvent,
     JobGpuStats,
     Record,
@@ -188,6 +190,38 @@ class FakeStore(OneWritePath):
             lambda b: b.taken_at,
             newest_first=False,
         )
+
+    def latest_budget_snapshots(self) -> list[BudgetSnapshot]:
+        latest: dict[str, BudgetSnapshot] = {}
+        for snap in self.budget_snapshots():
+            latest[snap.account] = snap  # oldest first, so the last one seen wins
+        return [latest[account] for account in sorted(latest)]
+
+    def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
+        check_runs(runs)
+        with self._lock:
+            self._check_usable()
+            rows = list(enumerate(self._rows[JobGpuStats.KIND]))
+        # per job, like GROUP BY user_name, job_name, job_id: peak, last end, last insert
+        jobs: dict[tuple[str, str, int], tuple[int, datetime, int]] = {}
+        for i, row in rows:
+            if not isinstance(row, JobGpuStats):
+                continue
+            job = (row.user, row.job_name, row.job_id)
+            seen = jobs.get(job)
+            if seen is None:
+                jobs[job] = (row.peak_mem_mb, row.ended_at, i)
+            else:
+                jobs[job] = (max(seen[0], row.peak_mem_mb), max(seen[1], row.ended_at), i)
+        by_name: dict[tuple[str, str], list[tuple[datetime, int, int]]] = {}
+        for (user, job_name, _), (peak, ended_at, last) in jobs.items():
+            by_name.setdefault((user, job_name), []).append((ended_at, last, peak))
+        out: list[GpuMemProfile] = []
+        for (user, job_name), recent in sorted(by_name.items()):
+            recent.sort(reverse=True)  # newest ended_at first, then newest insert
+            peaks = [float(peak) for _, _, peak in recent[:runs]]
+            out.append(GpuMemProfile(user, job_name, percentile_cont(peaks, 0.95), len(peaks)))
+        return out
 
     def close(self) -> None:
         """Further use raises StoreError, as with a closed PostgresStore."""

@@ -21,11 +21,13 @@ from psycopg.types.json import Jsonb
 
 from slurm_ml.store import _pg
 from slurm_ml.store.errors import StoreError
+from slurm_ml.store.profiles import check_runs
 from slurm_ml.store.protocol import WriteOutcome
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
     Decision,
+    GpuMemProfile,
     HealthEvent,
     JobGpuStats,
     UtilSample,
@@ -33,7 +35,16 @@ from slurm_ml.store.records import (
 )
 
 T = TypeVar("T")
-R = TypeVar("R", HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, Decision, AuditEntry)
+R = TypeVar(
+    "R",
+    HealthEvent,
+    JobGpuStats,
+    UtilSample,
+    BudgetSnapshot,
+    Decision,
+    AuditEntry,
+    GpuMemProfile,
+)
 
 # --- writes ---
 
@@ -196,6 +207,39 @@ SELECT idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours
 FROM budget_snapshots
 WHERE account = %(account)s AND taken_at >= %(since)s
 ORDER BY taken_at, id
+"""
+
+
+_SELECT_LATEST_BUDGET: LiteralString = """
+SELECT DISTINCT ON (account)
+       idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
+       owed_gpu_hours, site_factor
+FROM budget_snapshots
+ORDER BY account, taken_at DESC, id DESC
+"""
+
+# A job's peak is its largest per-GPU peak; of each (user, job_name) keep the newest
+# ``runs`` jobs (last ended_at, then last insert) and take the interpolated p95.
+_SELECT_GPU_MEM_PROFILES: LiteralString = """
+WITH jobs AS (
+    SELECT user_name, job_name, job_id, max(peak_mem_mb) AS peak,
+           max(ended_at) AS ended_at, max(id) AS last_id
+    FROM job_gpu_stats
+    GROUP BY user_name, job_name, job_id
+), recent AS (
+    SELECT user_name, job_name, peak,
+           row_number() OVER (
+               PARTITION BY user_name, job_name ORDER BY ended_at DESC, last_id DESC
+           ) AS rank
+    FROM jobs
+)
+SELECT user_name AS "user", job_name,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY peak) AS p95_mem_mb,
+       count(*)::integer AS runs
+FROM recent
+WHERE rank <= %(runs)s
+GROUP BY user_name, job_name
+ORDER BY user_name, job_name
 """
 
 
@@ -431,3 +475,15 @@ class PostgresStore:
         if account is None:
             return self._select(BudgetSnapshot, _SELECT_BUDGET_SINCE, params)
         return self._select(BudgetSnapshot, _SELECT_BUDGET_ACCOUNT_SINCE, params)
+
+    # The database's collation need not be code-point order: sort text keys as Python
+    # does, so that these results equal FakeStore's on any server.
+
+    def latest_budget_snapshots(self) -> list[BudgetSnapshot]:
+        rows = self._select(BudgetSnapshot, _SELECT_LATEST_BUDGET, {})
+        return sorted(rows, key=lambda b: b.account)
+
+    def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
+        check_runs(runs)
+        rows = self._select(GpuMemProfile, _SELECT_GPU_MEM_PROFILES, {"runs": runs})
+        return sorted(rows, key=lambda p: (p.user, p.job_name))

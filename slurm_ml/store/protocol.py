@@ -15,6 +15,7 @@ from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
     Decision,
+    GpuMemProfile,
     HealthEvent,
     JobGpuStats,
     Record,
@@ -78,6 +79,21 @@ class Store(Protocol):
         self, account: str | None = None, since: datetime | None = None
     ) -> list[BudgetSnapshot]:
         """Oldest first (taken_at, then insertion order)."""
+        ...
+
+    def latest_budget_snapshots(self) -> list[BudgetSnapshot]:
+        """Each account's newest snapshot (taken_at, then insertion order), sorted by account."""
+        ...
+
+    def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
+        """One profile per (user, job_name) in the job GPU stats, sorted by (user, job_name).
+
+        A job's peak is the max ``peak_mem_mb`` over its per-GPU rows; of each
+        (user, job_name) the ``runs`` newest jobs (latest ``ended_at``, then
+        insertion order) are kept and ``p95_mem_mb`` is the 95th percentile of
+        their peaks, linearly interpolated (PostgreSQL's ``percentile_cont``).
+        ValueError if ``runs`` < 1.
+        """
         ...
 
     def close(self) -> None: ...

@@ -312,6 +312,23 @@ class AuditEntry:
         _json(self, "details")
 
 
+# --- read results (computed by the store, never written: not in ``Record``, not spooled) ---
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemProfile:
+    """The 95th percentile of per-job peak GPU memory over one user's recent jobs of one name.
+
+    A job's peak is the largest ``peak_mem_mb`` of its GPUs; ``runs`` is how many
+    of that user's most recent jobs with that name the percentile was taken over.
+    """
+
+    user: str
+    job_name: str
+    p95_mem_mb: float
+    runs: int
+
+
 Record = HealthEvent | JobGpuStats | UtilSample | BudgetSnapshot | Decision | AuditEntry
 
 RECORD_TYPES: dict[str, type[Record]] = {

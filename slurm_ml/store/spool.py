@@ -35,6 +35,7 @@ from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
     Decision,
+    GpuMemProfile,
     HealthEvent,
     JobGpuStats,
     Record,
@@ -468,6 +469,12 @@ class SpoolingStore(OneWritePath):
         self, account: str | None = None, since: datetime | None = None
     ) -> list[BudgetSnapshot]:
         return self._inner.budget_snapshots(account, since)
+
+    def latest_budget_snapshots(self) -> list[BudgetSnapshot]:
+        return self._inner.latest_budget_snapshots()
+
+    def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
+        return self._inner.gpu_mem_profiles(runs)
 
     def close(self) -> None:
         self._inner.close()
