@@ -80,7 +80,7 @@ local function ask(request)
   local conn = unix()
   local function left()
     local t = deadline - now()
-    if t <= 0 then error("timed out after " .. TIMEOUT_MS .. " ms", 0) end
+    if t <= 0 then error("no answer within " .. TIMEOUT_MS .. " ms", 0) end
     conn:settimeout(t)
   end
   local ok, result = pcall(function()
@@ -92,6 +92,7 @@ local function ask(request)
     if serr then error("send: " .. serr, 0) end
     left()
     local line, rerr = conn:receive("*l")
+    if rerr == "timeout" then error("no answer within " .. TIMEOUT_MS .. " ms", 0) end
     if not line then error("receive: " .. tostring(rerr), 0) end
     return cjson.decode(line)
   end)
@@ -126,7 +127,9 @@ local function apply(job_desc, changes)
 end
 
 -- Ask submitd and act on the answer; every failure path accepts the job unchanged.
-local function consult(request, job_desc, who)
+-- tell_user=false for updates: 22.05 drops log_user() messages in slurm_job_modify
+-- (and logs an error for each), so those go to slurmctld.log only.
+local function consult(request, job_desc, who, tell_user)
   if not have_libs or breaker_open(who) then return slurm.SUCCESS end
   local reply, why = ask(request)
   if not reply then
@@ -135,8 +138,9 @@ local function consult(request, job_desc, who)
   end
   failures = 0
   local message = reply.message
+  local has_message = type(message) == "string" and message ~= ""
   if reply.action == "reject" then
-    if type(message) == "string" and message ~= "" then slurm.log_user("%s", message) end
+    if has_message and tell_user then slurm.log_user("%s", message) end
     slurm.log_info("slurm-ml: %s rejected: %s", who, tostring(message))
     local code = tonumber(reply.code)
     if code == nil or code == 0 then code = slurm.ERROR end
@@ -153,7 +157,7 @@ local function consult(request, job_desc, who)
       slurm.log_error("slurm-ml: %s: could not apply the rewrite: %s", who, tostring(err))
     end
   end
-  if type(message) == "string" and message ~= "" then slurm.log_user("%s", message) end
+  if has_message and tell_user then slurm.log_user("%s", message) end
   return slurm.SUCCESS
 end
 
@@ -161,7 +165,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, rc = pcall(function()
     local job = read_fields(job_desc)
     local who = "job of " .. tostring(job.user_name or submit_uid)
-    return consult({v = PROTOCOL, op = "submit", uid = submit_uid, job = job}, job_desc, who)
+    return consult({v = PROTOCOL, op = "submit", uid = submit_uid, job = job}, job_desc, who,
+                   true)
   end)
   if not ok then
     slurm.log_error("slurm-ml: job accepted unchanged: shim error: %s", tostring(rc))
@@ -182,7 +187,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     local current = read_fields(job_rec)
     local who = "update of job " .. tostring(current.job_id)
     return consult({v = PROTOCOL, op = "modify", uid = modify_uid, job = update,
-                    current = current}, job_desc, who)
+                    current = current}, job_desc, who, false)
   end)
   if not ok then
     slurm.log_error("slurm-ml: update accepted unchanged: shim error: %s", tostring(rc))

@@ -1,0 +1,278 @@
+"""Admission end to end: plain sbatch lines, run as the researcher users, through the real
+slurmctld → job_submit.lua → submitd path, checked with ``scontrol show job`` and sacct.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from slurm_ml import proc
+from slurm_ml.config import load_config
+from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.devcluster.layout import Layout
+from slurm_ml.slurm.parse import parse_oneliner
+from slurm_ml.store.postgres import PostgresStore
+from slurm_ml.store.records import JobGpuStats, derive_key
+from slurm_ml.submitd.client import ask
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "conf" / "slurm-ml.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_conf: str) -> DevCluster:
+    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
+    return DevCluster(load_config(CONFIG), Layout(root), say=lambda _m: None, config_path=CONFIG)
+
+
+@pytest.fixture
+def submitd(cluster: DevCluster) -> Iterator[DevCluster]:
+    """submitd running before and after the test (tests may stop it)."""
+    cluster.start_submitd()
+    yield cluster
+    if cluster.submitd_pid() is None:
+        cluster.start_submitd()
+
+
+@pytest.fixture
+def jobs(slurm_conf: str) -> Iterator[list[int]]:
+    """Job ids a test submitted; cancelled afterwards."""
+    ids: list[int] = []
+    yield ids
+    if ids:
+        proc.run(["scancel", *map(str, ids)], check=False, env={"SLURM_CONF": slurm_conf})
+
+
+def sbatch(user: str, *args: str, jobs: list[int] | None = None) -> proc.Result:
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", *args], check=False, timeout_s=30)
+    if res.returncode == 0 and jobs is not None:
+        jobs.append(int(res.stdout.strip().split(";")[0]))
+    return res
+
+
+def show(job_id: int) -> dict[str, str]:
+    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
+    return parse_oneliner(out.strip().splitlines()[0])
+
+
+def wait_state(job_id: int, states: set[str], timeout_s: float = 90) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fields = show(job_id)
+        if fields["JobState"] in states:
+            return fields
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
+        time.sleep(1)
+
+
+def refresh(cluster: DevCluster) -> None:
+    sock = cluster.layout.submitd_socket
+    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
+    ask(sock, {"v": 1, "op": "refresh"})
+    deadline = time.monotonic() + 15
+    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
+        assert time.monotonic() < deadline, "submitd did not refresh its state"
+        time.sleep(0.2)
+
+
+def test_typed_request_with_30gb_profile_widens_to_both_a100_types(
+        submitd: DevCluster, admin_dsn: str, jobs: list[int]) -> None:
+    name = f"train-{uuid.uuid4().hex[:8]}"
+    end = datetime.now(UTC)
+    with PostgresStore(admin_dsn) as store:
+        for i, peak_gb in enumerate((28, 29, 30, 30)):
+            store.record_job_gpu_stats(JobGpuStats(
+                job_id=900000 + i, job_name=name, user="alice", account="llm-pretrain",
+                node="gpu01", gpu_index=0, gpu_type="a100_80g", peak_mem_mb=peak_gb * 1024,
+                mean_util_pct=80.0, started_at=end - timedelta(hours=1), ended_at=end,
+                idempotency_key=derive_key("test-admission", name, i)))
+    refresh(submitd)
+
+    res = sbatch("alice", "--hold", f"--job-name={name}", "--gres=gpu:a100_80g:4",
+                 "--wrap", "true", jobs=jobs)
+
+    assert res.returncode == 0, res.stderr
+    job = show(jobs[0])
+    assert job["Features"] == "(a100_80g|a100_40g)"
+    assert job["TresPerNode"] in ("gres:gpu:4", "gres/gpu:4")
+    assert "widened from a100_80g to a100_80g|a100_40g" in res.stderr
+    assert '"need_src":"profile"' in job["AdminComment"]
+
+
+def test_sixteen_gpus_become_two_whole_nodes_under_one_leaf(submitd: DevCluster,
+                                                            jobs: list[int]) -> None:
+    res = sbatch("bob", "--gpus=16", "-t", "2", "--wrap", "sleep 3", jobs=jobs)
+
+    assert res.returncode == 0, res.stderr
+    job = show(jobs[0])
+    assert job["NumNodes"].split("-")[0] == "2"
+    assert job["TresPerNode"].endswith("gpu:8")
+    assert "TresPerJob" not in job
+    assert job["OverSubscribe"] == "NO"
+    assert job["Switches"] == "1@00:10:00"
+    ran = wait_state(jobs[0], {"RUNNING", "COMPLETED"})
+    nodes = ran["NodeList"]
+    cfg = load_config(CONFIG)
+    leaves = {cfg.node_class_of(n).leaf_switch  # type: ignore[union-attr]
+              for n in proc.run(["scontrol", "show", "hostnames", nodes]).stdout.split()}
+    assert len(leaves) == 1, f"{nodes} spans leaves {leaves}"
+
+
+def test_six_gpus_on_two_nodes_is_rejected_with_the_reason(submitd: DevCluster,
+                                                           jobs: list[int]) -> None:
+    res = sbatch("carol", "--hold", "--gres=gpu:6", "-N2", "--wrap", "true", jobs=jobs)
+
+    assert res.returncode != 0
+    assert "would strand GPUs" in res.stderr
+    assert "--nodes=2 --gpus-per-node=8 (16 GPUs)" in res.stderr
+    assert "allow_fragment" in res.stderr
+
+
+def test_sixty_four_gpus_are_rejected_as_infeasible(submitd: DevCluster,
+                                                    jobs: list[int]) -> None:
+    res = sbatch("dave", "--hold", "--gpus=64", "--wrap", "true", jobs=jobs)
+
+    assert res.returncode != 0
+    assert "the most any job can get here is 32" in res.stderr
+    assert "--gpus=32" in res.stderr
+    assert "Requested node configuration is not available" in res.stderr
+
+
+def test_time_min_zero_runs_in_qos_free(submitd: DevCluster, jobs: list[int]) -> None:
+    res = sbatch("alice", "--time-min=0", "-t", "2", "--gres=gpu:1", "--wrap", "true",
+                 jobs=jobs)
+
+    assert res.returncode == 0, res.stderr  # without the shim 22.05 rejects --time-min=0
+    assert "QOS free" in res.stderr
+    assert show(jobs[0])["QOS"] == "free"
+    wait_state(jobs[0], {"COMPLETED"})
+    deadline = time.monotonic() + 30
+    while True:
+        out = proc.run(["sacct", "-X", "-n", "-P", "-j", str(jobs[0]), "-o", "QOS,State"]).stdout
+        if out.strip() and not out.startswith("Unknown"):  # the QOS name lags the record
+            break
+        assert time.monotonic() < deadline, f"job never reached slurmdbd: {out!r}"
+        time.sleep(1)
+    assert out.strip().splitlines()[0].split("|") == ["free", "COMPLETED"]
+
+
+def test_cpu_only_job_is_untouched(submitd: DevCluster, jobs: list[int]) -> None:
+    res = sbatch("bob", "--hold", "--wrap", "true", jobs=jobs)
+
+    assert res.returncode == 0
+    assert res.stderr == ""
+    assert show(jobs[0]).get("AdminComment", "") == ""
+
+
+def test_update_that_strands_gpus_is_refused(submitd: DevCluster, jobs: list[int]) -> None:
+    sbatch("carol", "--hold", "--gres=gpu:2", "--wrap", "true", jobs=jobs)
+
+    bad = proc.run(["runuser", "-u", "carol", "--", "scontrol", "update", f"job={jobs[0]}",
+                    "NumNodes=2", "Gres=gpu:6"], check=False)
+    good = proc.run(["runuser", "-u", "carol", "--", "scontrol", "update", f"job={jobs[0]}",
+                     "Gres=gpu:4"], check=False)
+
+    assert bad.returncode != 0
+    assert good.returncode == 0, good.stderr
+    assert show(jobs[0])["TresPerNode"].endswith("gpu:4")
+
+
+def test_submitd_stopped_jobs_pass_unchanged_fast_and_rewriting_resumes(
+        submitd: DevCluster, jobs: list[int]) -> None:
+    assert submitd.stop_submitd()
+    t0 = time.monotonic()
+    res = sbatch("bob", "--hold", "--gpus=16", "--wrap", "true", jobs=jobs)
+    elapsed = time.monotonic() - t0
+
+    assert res.returncode == 0, res.stderr
+    assert elapsed < 1.0
+    assert show(jobs[0])["TresPerJob"].endswith("gpu:16")  # unchanged
+
+    submitd.start_submitd()  # slurmctld is not restarted
+    res = sbatch("bob", "--hold", "--gpus=16", "--wrap", "true", jobs=jobs)
+    assert res.returncode == 0
+    assert show(jobs[1])["TresPerNode"].endswith("gpu:8")
+
+
+def _hung_server(path: Path, stop: threading.Event) -> None:
+    """Accepts connections and never answers: a wedged submitd."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    os.chmod(path, 0o666)
+    srv.listen(16)
+    srv.settimeout(0.2)
+    held = []
+    while not stop.is_set():
+        try:
+            held.append(srv.accept()[0])
+        except TimeoutError:
+            continue
+    for conn in held:
+        conn.close()
+    srv.close()
+    path.unlink()
+
+
+def test_hung_submitd_costs_at_most_the_timeout_then_the_breaker_skips_it(
+        submitd: DevCluster, jobs: list[int]) -> None:
+    log_path = submitd.layout.log / "slurmctld.log"
+    log_start = log_path.stat().st_size
+    submitd.stop_submitd()
+    stop = threading.Event()
+    hung = threading.Thread(target=_hung_server, args=(submitd.layout.submitd_socket, stop))
+    hung.start()
+    try:
+        time.sleep(0.3)
+        times = []
+        for _ in range(4):
+            t0 = time.monotonic()
+            res = sbatch("dave", "--hold", "--gpus=16", "--wrap", "true", jobs=jobs)
+            times.append(time.monotonic() - t0)
+            assert res.returncode == 0, res.stderr
+    finally:
+        stop.set()
+        hung.join()
+    assert all(t < 1.0 for t in times), times
+    assert all(show(j)["TresPerJob"].endswith("gpu:16") for j in jobs)
+    with log_path.open() as f:
+        f.seek(log_start)
+        log = f.read()
+    assert "no answer within 200 ms" in log
+    assert "submitd skipped for" in log  # the 4th submission did not even try
+
+    # submitd comes back; once the 30 s cooldown is over the shim asks it again,
+    # without slurmctld being restarted or reconfigured.
+    submitd.start_submitd()
+    deadline = time.monotonic() + 45
+    while True:
+        res = sbatch("dave", "--hold", "--gpus=16", "--wrap", "true", jobs=jobs)
+        if show(jobs[-1]).get("TresPerNode", "").endswith("gpu:8"):
+            break
+        assert time.monotonic() < deadline, "rewriting did not resume after the cooldown"
+        time.sleep(3)
+
+
+def test_sighup_reloads_config_without_dropping_requests(submitd: DevCluster) -> None:
+    sock = submitd.layout.submitd_socket
+    pid = submitd.submitd_pid()
+    assert pid is not None
+    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["counts"].get("reloads", 0)
+    os.kill(pid, 1)  # SIGHUP
+    deadline = time.monotonic() + 10
+    while ask(sock, {"v": 1, "op": "stats"})["stats"]["counts"].get("reloads", 0) <= before:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert submitd.submitd_pid() == pid
