@@ -74,32 +74,56 @@ local function read_fields(src)
   return out
 end
 
+-- The connection to submitd stays open across submissions (slurmctld runs this script
+-- under one lock, one call at a time); it is dropped after any error, so a late reply
+-- can never be read as the answer to the next job.
+local conn = nil
+
+local function drop()
+  if conn then conn:close() end
+  conn = nil
+end
+
 -- One request/reply exchange within the total deadline; returns reply or nil, why.
 local function ask(request)
   local deadline = now() + TIMEOUT_MS / 1000
-  local conn = unix()
+  local line = cjson.encode(request) .. "\n"
   local function left()
     local t = deadline - now()
     if t <= 0 then error("no answer within " .. TIMEOUT_MS .. " ms", 0) end
     conn:settimeout(t)
   end
-  local ok, result = pcall(function()
-    left()
-    local _, err = conn:connect(SOCKET_PATH)
-    if err then error("connect " .. SOCKET_PATH .. ": " .. err, 0) end
-    left()
-    local _, serr = conn:send(cjson.encode(request) .. "\n")
-    if serr then error("send: " .. serr, 0) end
-    left()
-    local line, rerr = conn:receive("*l")
-    if rerr == "timeout" then error("no answer within " .. TIMEOUT_MS .. " ms", 0) end
-    if not line then error("receive: " .. tostring(rerr), 0) end
-    return cjson.decode(line)
-  end)
-  conn:close()
-  if not ok then return nil, tostring(result) end
-  if type(result) ~= "table" then return nil, "reply is not a JSON object" end
-  return result
+  for attempt = 1, 2 do
+    local reused = conn ~= nil
+    local ok, result = pcall(function()
+      if not conn then
+        conn = unix()
+        left()
+        local _, err = conn:connect(SOCKET_PATH)
+        if err then error("connect " .. SOCKET_PATH .. ": " .. err, 0) end
+      end
+      left()
+      local _, serr = conn:send(line)
+      if serr then error("send: " .. serr, 0) end
+      left()
+      local reply, rerr = conn:receive("*l")
+      if rerr == "timeout" then error("no answer within " .. TIMEOUT_MS .. " ms", 0) end
+      if not reply then error("receive: " .. tostring(rerr), 0) end
+      return cjson.decode(reply)
+    end)
+    if ok then
+      if type(result) ~= "table" then
+        drop()
+        return nil, "reply is not a JSON object"
+      end
+      return result
+    end
+    drop()
+    -- A kept connection may have been closed by a submitd restart: retry once, fresh.
+    local why = tostring(result)
+    if not reused or why:find("no answer within", 1, true) then return nil, why end
+  end
+  return nil, "submitd closed the connection twice"
 end
 
 local function breaker_open(who)
