@@ -13,12 +13,17 @@ from datetime import datetime
 
 from slurm_ml.config import Config
 from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.capability import Capability, match
+from slurm_ml.policy.capability import Capability, describe_need, match
 from slurm_ml.policy.cluster_view import ClassSlice, ClusterView
 from slurm_ml.policy.features import Constraint, parse_constraint, render, without_gpu_terms
-from slurm_ml.policy.request import BadCommentKey, JobRequest, comment_keys
+from slurm_ml.policy.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
 from slurm_ml.policy.routing import Route, route
-from slurm_ml.policy.shape import Layout, shape
+from slurm_ml.policy.shape import (
+    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
+    Layout,
+    ShapeVerdict,
+    shape,
+)
 
 SLURM_ERROR = -1  # generic failure code; the message says what is wrong
 RECORD_PREFIX = "slurm-ml "
@@ -60,49 +65,103 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         return PASS
     if any(p not in view.partitions for p in req.partitions):
         return PASS
+    unknown = sorted(req.typed_gpus - set(cfg.gpu_types))
+    if unknown:
+        return Decision(accept=False, code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
+                        message=(f"slurm-ml rejected this job: GPU type {', '.join(unknown)} "
+                                 f"does not exist on this cluster; the types are "
+                                 f"{', '.join(view.type_order)}."))
+    keys = comment_keys(req.comment)
+    fragment = "allow_fragment" in keys
+    constraint = parse_constraint(req.features)
+    total = req.total_gpus() or 0
     try:
-        keys = comment_keys(req.comment)
-        constraint = parse_constraint(req.features)
-        total = req.total_gpus() or 0
-        nodes = req.min_nodes or 1
+        gpu_mem_gb(req.comment)  # a bad gpu_mem is an error on every GPU job
         cap = match(req, constraint, gpu_types=cfg.gpu_types,
                     feature_to_type=view.feature_to_type, state=state,
                     margin_pct=cfg.policy.admission.memory_margin_pct,
-                    gpus_per_node=total if nodes == 1 else total // nodes)
+                    gpus_per_node=total // max(req.min_nodes or 1, 1) if fragment else total)
     except BadCommentKey as exc:
         return Decision(accept=False, code=SLURM_ERROR, message=f"slurm-ml: {exc}.")
     if constraint is None:  # too rich to rewrite: keep the user's own type choice
         cap = Capability(cap.requested, tuple(t for t in view.type_order if t in cap.requested))
-    slices = _eligible(view.in_partitions(req.partitions), cap, constraint, view)
-    verdict = shape(req, slices, view.type_order, allow_fragment="allow_fragment" in keys)
+    candidates = _eligible(view.in_partitions(req.partitions), constraint, view)
+    verdict = _shape_on(req, candidates, cap.requested, view, fragment)
+    if verdict.reject and set(cap.acceptable) > cap.requested:
+        wider = _shape_on(req, candidates, frozenset(cap.acceptable), view, fragment)
+        verdict = wider if not wider.reject else verdict
     if verdict.reject:
         return Decision(accept=False, code=verdict.code,
                         message=f"slurm-ml rejected this job: {verdict.reject}.")
-    notes: list[str] = []
     layout = verdict.layout
-    types = _final_types(cap, layout, slices, view.type_order)
-    widened = bool(cap.requested) and set(types) != set(cap.requested)
-    features = None
+    types = _final_types(req, cap, layout, candidates, view.type_order)
+    widened = bool(cap.requested) and not set(types) <= cap.requested
     multi = layout is not None and layout.whole_nodes
+    features = None
     if constraint is not None and (widened or (multi and len(types) > 1)):
         base = without_gpu_terms(constraint, view.feature_to_type) if widened else constraint
-        feats = tuple(cfg.gpu_types[t].feature for t in types)
-        features = render(base, feats, matching=multi)
-    if cap.note and (widened or not cap.widened):
-        notes.append(cap.note)
-    if layout is not None:
-        notes.append(_layout_note(req, layout, cfg))
-    if verdict.note:
-        notes.append(verdict.note.capitalize() + ".")
+        features = render(base, tuple(cfg.gpu_types[t].feature for t in types), matching=multi)
+    notes = _notes(req, cfg, cap, types=types, widened=widened, layout=layout,
+                   shape_note=verdict.note)
     rt = route(req, cfg, state) if routing else Route()
     if rt.note:
         notes.append(rt.note)
     typed = sorted(req.typed_gpus)
+    return Decision(
+        message=("slurm-ml: " + " ".join(notes)) if notes else "",
+        layout=layout,
+        gpu_type=typed[0] if len(typed) == 1 and not widened else None,
+        untype_gpus=widened and bool(typed),
+        features=features,
+        qos=rt.qos if rt.qos != req.qos else None,
+        time_min=rt.time_min,
+        clear_time_min=rt.clear_time_min,
+        site_factor=rt.site_factor,
+        record=_record(req, now, cap, types=types if widened else None, layout=layout, rt=rt),
+    )
+
+
+def _shape_on(req: JobRequest, candidates: tuple[ClassSlice, ...], types: frozenset[str],
+              view: ClusterView, fragment: bool) -> ShapeVerdict:
+    slices = tuple(s for s in candidates if not types or s.gpu.name in types)
+    return shape(req, slices, view.type_order, allow_fragment=fragment)
+
+
+def _notes(req: JobRequest, cfg: Config, cap: Capability, *, types: tuple[str, ...],
+           widened: bool, layout: Layout | None, shape_note: str) -> list[str]:
+    notes = []
+    if widened and cap.need is not None:
+        why = f"it needs {describe_need(req, cap.need)} plus a {_margin(cfg)}% margin"
+        if cap.nvlink:
+            why += ", with NVLink between its GPUs"
+        extra = [t for t in types if t not in cap.requested]
+        notes.append(f"GPU type widened from {'|'.join(sorted(cap.requested))} to "
+                     f"{'|'.join(types)}: {why}, and {', '.join(extra)} "
+                     f"{'fits' if len(extra) == 1 else 'fit'} that, so it can start sooner. "
+                     f"To keep the type you asked for, add pin_gpu to --comment.")
+    short = [t for t in cap.short if t in types]
+    if short and cap.need is not None:
+        notes.append(f"Warning: {', '.join(short)} {'has' if len(short) == 1 else 'have'} "
+                     f"less GPU memory than the {describe_need(req, cap.need)} this job "
+                     f"needs; it may run out of GPU memory there.")
+    if layout is not None:
+        notes.append(_layout_note(layout, cfg))
+    if shape_note:
+        notes.append(shape_note + ".")
+    return notes
+
+
+def _margin(cfg: Config) -> str:
+    return f"{cfg.policy.admission.memory_margin_pct:g}"
+
+
+def _record(req: JobRequest, now: datetime, cap: Capability, *,
+            types: tuple[str, ...] | None, layout: Layout | None, rt: Route) -> dict[str, object]:
     record: dict[str, object] = {"v": 1, "at": int(now.timestamp())}
     if cap.need is not None:
         record["need_gb"] = round(cap.need.gb, 1)
         record["need_src"] = cap.need.source
-    if widened:
+    if types is not None:
         record["types"] = list(types)
     if layout is not None:
         record["shape"] = f"{layout.nodes}x{layout.per_node}"
@@ -114,46 +173,46 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         record["requeue"] = int(req.requeue)
     if rt.site_factor is not None:
         record["site_factor"] = rt.site_factor
-    return Decision(
-        message=("slurm-ml: " + " ".join(notes)) if notes else "",
-        layout=layout,
-        gpu_type=typed[0] if len(typed) == 1 and not widened else None,
-        untype_gpus=widened and bool(typed),
-        features=features,
-        qos=rt.qos if rt.qos != req.qos else None,
-        time_min=rt.time_min,
-        clear_time_min=rt.clear_time_min,
-        site_factor=rt.site_factor,
-        record=record,
-    )
+    return record
 
 
-def _eligible(slices: tuple[ClassSlice, ...], cap: Capability,
-              constraint: Constraint | None, view: ClusterView) -> tuple[ClassSlice, ...]:
-    """Node classes the job could land on: right GPU type and the user's other features.
+def _eligible(slices: tuple[ClassSlice, ...], constraint: Constraint | None,
+              view: ClusterView) -> tuple[ClassSlice, ...]:
+    """Node classes whose features satisfy the user's non-GPU constraint terms.
 
-    GPU-type terms are already in ``cap``; terms naming no feature slurm-ml knows are
-    left for Slurm to judge.
+    GPU-type terms are handled by capability matching; terms naming no feature
+    slurm-ml knows are left for Slurm to judge.
     """
     known = {f for s in view.slices for f in (*s.node_class.features, s.gpu.feature)}
     terms = [t for t in (constraint.terms if constraint else ())
              if not all(n in view.feature_to_type for n in t) and any(n in known for n in t)]
     return tuple(
         s for s in slices
-        if (not cap.acceptable or s.gpu.name in cap.acceptable)
-        and all(any(n in s.node_class.features or n == s.gpu.feature for n in t) for t in terms)
+        if all(any(n in s.node_class.features or n == s.gpu.feature for n in t) for t in terms)
     )
 
 
-def _final_types(cap: Capability, layout: Layout | None, slices: tuple[ClassSlice, ...],
-                 order: tuple[str, ...]) -> tuple[str, ...]:
-    present = set(layout.types) if layout is not None else {s.gpu.name for s in slices}
-    if cap.acceptable:
-        return tuple(t for t in cap.acceptable if t in present)
-    return tuple(t for t in order if t in present)
+def _final_types(req: JobRequest, cap: Capability, layout: Layout | None,
+                 candidates: tuple[ClassSlice, ...], order: tuple[str, ...]) -> tuple[str, ...]:
+    """The GPU types that can run the job in its final layout, widening included."""
+    allowed = set(cap.acceptable) if cap.acceptable else {s.gpu.name for s in candidates}
+    if layout is not None and layout.whole_nodes:
+        fits = set(layout.types)
+        fits |= {s.gpu.name for s in candidates if s.gpn == layout.per_node
+                 and _nodes_of(candidates, s) >= layout.nodes}
+    else:
+        per_node = layout.per_node if layout is not None else \
+            (req.total_gpus() or 0) // max(req.min_nodes or 1, 1)
+        fits = {s.gpu.name for s in candidates if s.gpn >= per_node}
+    return tuple(t for t in order if t in allowed and t in fits)
 
 
-def _layout_note(req: JobRequest, layout: Layout, cfg: Config) -> str:
+def _nodes_of(candidates: tuple[ClassSlice, ...], one: ClassSlice) -> int:
+    return sum(s.nodes for s in candidates
+               if s.partition == one.partition and s.gpu.name == one.gpu.name)
+
+
+def _layout_note(layout: Layout, cfg: Config) -> str:
     if not layout.whole_nodes:
         return (f"Kept on one node ({layout.per_node} GPUs fit in one node), so its GPUs "
                 f"share NVLink instead of the network.")

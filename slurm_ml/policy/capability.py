@@ -24,13 +24,10 @@ class Need:
 @dataclass(frozen=True, slots=True)
 class Capability:
     requested: frozenset[str]  # GPU types the user named (empty = untyped)
-    acceptable: tuple[str, ...]  # in config order; == requested when nothing widened
+    acceptable: tuple[str, ...]  # in config order; == requested when nothing may widen
     need: Need | None = None
-    note: str = ""
-
-    @property
-    def widened(self) -> bool:
-        return set(self.acceptable) != set(self.requested)
+    nvlink: bool = False  # the job needs NVLink between its GPUs
+    short: tuple[str, ...] = ()  # requested types with less memory than the need
 
 
 def gpu_need(req: JobRequest, state: AdmissionState) -> Need | None:
@@ -45,11 +42,13 @@ def gpu_need(req: JobRequest, state: AdmissionState) -> Need | None:
 def match(req: JobRequest, constraint: Constraint | None, *, gpu_types: dict[str, GpuType],
           feature_to_type: dict[str, str], state: AdmissionState, margin_pct: float,
           gpus_per_node: int) -> Capability:
-    """Which GPU types may run this job (by memory, and NVLink for multi-GPU nodes)."""
+    """Which GPU types could run this job, by memory, and NVLink for multi-GPU nodes.
+
+    Never drops a type the user asked for: widening only adds.
+    """
     requested = set(req.typed_gpus)
     if constraint is not None:
         requested |= gpu_type_terms(constraint, feature_to_type)
-    requested &= set(gpu_types)
     order = tuple(gpu_types)
     if not requested:
         return Capability(frozenset(), ())
@@ -61,24 +60,12 @@ def match(req: JobRequest, constraint: Constraint | None, *, gpu_types: dict[str
     nvlink = gpus_per_node > 1 and any(gpu_types[t].nvlink_links > 0 for t in requested)
     ok = {name for name, t in gpu_types.items()
           if t.memory_gb >= floor and (t.nvlink_links > 0 or not nvlink)}
-    acceptable = tuple(t for t in order if t in ok | requested)
-    source = ("gpu_mem in --comment" if need.source == "comment"
-              else f"the p95 peak of your last runs named {req.name!r}")
-    note = ""
-    short = sorted(t for t in requested if gpu_types[t].memory_gb < floor)
-    if short:
-        note = (f"Warning: the job needs about {need.gb:.0f} GB per GPU ({source}) but "
-                f"{', '.join(short)} has less; it may run out of GPU memory.")
-    cap = Capability(frozenset(requested), acceptable, need, note)
-    if cap.widened:
-        extra = [t for t in acceptable if t not in requested]
-        why = (f"it needs {need.gb:.0f} GB per GPU ({source}), plus a "
-               f"{margin_pct:g}% margin")
-        if nvlink:
-            why += ", with NVLink between its GPUs"
-        cap = Capability(frozenset(requested), acceptable, need,
-                         f"GPU type widened from {'|'.join(sorted(requested))} to "
-                         f"{'|'.join(acceptable)}: {why}, and {', '.join(extra)} "
-                         f"{'fits' if len(extra) == 1 else 'fit'} that, so it can start "
-                         f"sooner. To keep the type you asked for, add pin_gpu to --comment.")
-    return cap
+    short = tuple(t for t in keep if gpu_types[t].memory_gb < floor)
+    return Capability(frozenset(requested), tuple(t for t in order if t in ok | requested),
+                      need, nvlink, short)
+
+
+def describe_need(req: JobRequest, need: Need) -> str:
+    if need.source == "comment":
+        return f"{need.gb:.0f} GB per GPU (gpu_mem in --comment)"
+    return f"{need.gb:.0f} GB per GPU (the p95 peak of your last runs named {req.name!r})"

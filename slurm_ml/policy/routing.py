@@ -70,7 +70,7 @@ def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Ro
     minutes = asked if asked is not None else cfg.policy.admission.default_min_runtime_min
     why = "" if asked is not None else " (the default; set --time-min to change it)"
     if minutes > cap:
-        minutes, why = cap, f" (capped from {asked} min, the most this cluster protects)"
+        minutes, why = cap, f" (capped from {minutes} min, the most this cluster protects)"
     if req.time_limit_min is not None and minutes > req.time_limit_min:
         minutes, why = req.time_limit_min, " (your --time limit)"
     note = (f"The job runs in QOS {ALLOC_QOS}, charged to {account}, and is protected from "

@@ -40,23 +40,30 @@ class ShapeVerdict:
     note: str = ""
 
 
-def _types(slices: tuple[ClassSlice, ...], order: tuple[str, ...]) -> tuple[str, ...]:
-    present = {s.gpu.name for s in slices}
-    return tuple(t for t in order if t in present)
+Capacity = dict[tuple[str, str, int], int]
 
 
-def _whole_node_capacity(slices: tuple[ClassSlice, ...]) -> dict[tuple[str, int], int]:
-    """(partition, GPUs per node) → how many such nodes that partition has."""
-    cap: dict[tuple[str, int], int] = {}
+def _capacity(slices: tuple[ClassSlice, ...]) -> Capacity:
+    """(partition, GPU type, GPUs per node) → how many such nodes that partition has.
+
+    A gang runs on one GPU type (mixing 80 GB and 40 GB cards in one job leaves the
+    big ones half used), so capacity is never added up across types.
+    """
+    cap: Capacity = {}
     for s in slices:
-        cap[(s.partition, s.gpn)] = cap.get((s.partition, s.gpn), 0) + s.nodes
+        key = (s.partition, s.gpu.name, s.gpn)
+        cap[key] = cap.get(key, 0) + s.nodes
     return cap
+
+
+def _ordered(types: set[str], order: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(t for t in order if t in types)
 
 
 def largest_feasible(slices: tuple[ClassSlice, ...]) -> tuple[int, str]:
     """The most GPUs one job can get here, and how to ask for it."""
     best, how = 0, ""
-    for (_part, gpn), nodes in sorted(_whole_node_capacity(slices).items()):
+    for (_part, _type, gpn), nodes in sorted(_capacity(slices).items()):
         total = gpn * nodes
         if total > best:
             best = total
@@ -67,9 +74,8 @@ def largest_feasible(slices: tuple[ClassSlice, ...]) -> tuple[int, str]:
 
 def _nearest(total: int, slices: tuple[ClassSlice, ...]) -> list[str]:
     """Valid whole-node shapes just below and above ``total`` GPUs."""
-    cap = _whole_node_capacity(slices)
     options: set[tuple[int, int]] = set()
-    for (_part, gpn), nodes in cap.items():
+    for (_part, _type, gpn), nodes in _capacity(slices).items():
         for n in {math.floor(total / gpn), math.ceil(total / gpn)}:
             if 1 <= n <= nodes:
                 options.add((n * gpn, n))
@@ -79,12 +85,21 @@ def _nearest(total: int, slices: tuple[ClassSlice, ...]) -> list[str]:
     return [f"--nodes={n} --gpus-per-node={t // n} ({t} GPUs)" for t, n in sorted(ranked)]
 
 
+def _tasks(req: JobRequest) -> int | None:
+    """How many tasks the job runs, when it says."""
+    if req.num_tasks:
+        return req.num_tasks
+    if req.ntasks_per_node:
+        return req.ntasks_per_node * (req.min_nodes or 1)
+    return None
+
+
 def shape(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...],
           *, allow_fragment: bool) -> ShapeVerdict:
     """Decide the node layout of a GPU job over the node classes it may run on."""
     total = req.total_gpus()
     if total is None or total <= 0:
-        return ShapeVerdict(note="per-socket GPU requests are not reshaped")
+        return ShapeVerdict(note="Per-socket GPU requests are not reshaped")
     if not slices:
         return ShapeVerdict(
             reject="no node in the partitions this job may use has the GPU type it asks for",
@@ -95,26 +110,32 @@ def shape(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...
             reject=(f"the job asks for {total} GPUs but the most any job can get here is "
                     f"{most}, so it would pend forever. Largest feasible request: {how}"),
             code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-    max_gpn = max(s.gpn for s in slices)
-    if total <= max_gpn:
-        return _one_node(req, total, tuple(s for s in slices if s.gpn >= total), order,
-                         allow_fragment)
+    tasks = _tasks(req)
+    if total <= max(s.gpn for s in slices):
+        if _on_one_node(req, total):
+            return ShapeVerdict()
+        if allow_fragment and (req.min_nodes or 1) > 1:
+            return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
+        fits = {s.gpu.name for s in slices if s.gpn >= total}
+        per_node_tasks = tasks if req.ntasks_per_node is not None else None
+        return ShapeVerdict(layout=Layout(1, total, per_node_tasks,
+                                          types=_ordered(fits, order)))
     if allow_fragment:
         return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
-    cap = _whole_node_capacity(slices)
+    cap = _capacity(slices)
+    per_task = any(g.per == "task" for g in req.gpus)
     for gpn in sorted({s.gpn for s in slices}, reverse=True):
         nodes = total // gpn
-        if total % gpn or not any(n >= nodes for (_p, g), n in cap.items() if g == gpn):
+        if total % gpn:
             continue
-        ntasks_per_node = None
-        per_task = [g for g in req.gpus if g.per == "task"]
-        if per_task:
-            if not req.num_tasks or req.num_tasks % nodes:
-                continue
-            ntasks_per_node = req.num_tasks // nodes
-        usable = tuple(s for s in slices if s.gpn == gpn)
+        fits = {t for (_p, t, g), n in cap.items() if g == gpn and n >= nodes}
+        if not fits:
+            continue
+        if per_task and (not tasks or tasks % nodes):
+            continue  # GPUs are bound to tasks: the tasks must split evenly
+        ntasks_per_node = math.ceil(tasks / nodes) if tasks else None
         return ShapeVerdict(layout=Layout(nodes, gpn, ntasks_per_node, whole_nodes=True,
-                                          types=_types(usable, order)))
+                                          types=_ordered(fits, order)))
     nearest = _nearest(total, slices)
     return ShapeVerdict(
         reject=(f"{_asked(req, total)} would strand GPUs: multi-node GPU jobs must use "
@@ -122,15 +143,6 @@ def shape(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...
                 f"Nearest valid shapes: {'; '.join(nearest)}. To run it as it is, add "
                 f"allow_fragment to --comment"),
         code=ESLURM_INVALID_NODE_COUNT)
-
-
-def _one_node(req: JobRequest, total: int, slices: tuple[ClassSlice, ...],
-              order: tuple[str, ...], allow_fragment: bool) -> ShapeVerdict:
-    if _on_one_node(req, total):
-        return ShapeVerdict()
-    if allow_fragment and (req.min_nodes or 1) > 1:
-        return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
-    return ShapeVerdict(layout=Layout(1, total, types=_types(slices, order)))
 
 
 def _on_one_node(req: JobRequest, total: int) -> bool:

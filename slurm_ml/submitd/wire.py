@@ -13,6 +13,8 @@ with ``""`` clearing a string field and ``NO_VAL`` clearing a number.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +82,9 @@ def parse_line(line: bytes | str) -> Envelope:
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value == int(value)
 
 
 def _text(job: Mapping[str, Any], key: str) -> str | None:
@@ -194,12 +198,11 @@ def _gpu_item(item: str) -> bool:
 
 
 def _untyped(item: str) -> str:
-    """``gres:gpu:a100:2`` → ``gres:gpu:2`` (keeps the prefix the request used)."""
+    """``gres:gpu:a100:2`` → ``gres:gpu:2``, ``gres/gpu:a100=2`` → ``gres/gpu=2``."""
     head, _, rest = item.partition("gpu")
-    parts = [p for p in rest.split(":") if p]
-    count = parts[-1] if parts and parts[-1].isdigit() else "1"
     sep = "=" if "=" in rest else ":"
-    return f"{head}gpu{sep}{count}"
+    count = re.split(r"[:=]", rest)[-1]
+    return f"{head}gpu{sep}{count if count.isdigit() else '1'}"
 
 
 def _rewrite(spec: str, gpu_item: str | None, *, untype: bool = False) -> str:

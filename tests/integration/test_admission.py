@@ -146,8 +146,8 @@ def test_sixty_four_gpus_are_rejected_as_infeasible(submitd: DevCluster,
     res = sbatch("dave", "--hold", "--gpus=64", "--wrap", "true", jobs=jobs)
 
     assert res.returncode != 0
-    assert "the most any job can get here is 32" in res.stderr
-    assert "--gpus=32" in res.stderr
+    assert "the most any job can get here is 16" in res.stderr
+    assert "--gpus=16 (2 nodes x 8 GPUs)" in res.stderr
     assert "Requested node configuration is not available" in res.stderr
 
 

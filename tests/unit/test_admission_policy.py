@@ -1,0 +1,1038 @@
+"""Admission policy, end to end: job_desc fields in (as the Lua shim sends them), reply out.
+
+Every case goes through ``wire.normalize`` → ``wire.to_request`` → ``admission.decide`` →
+``wire.reply_for``, the same path ``PolicyServer.handle_line`` takes, on the example
+config (conf/slurm-ml.yaml). GPU specs are written with a ``{g}`` placeholder and run in
+both spellings: Slurm 22.05's ``gres:gpu:a100_80g:2`` and 23.11+'s ``gres/gpu:a100_80g:2``;
+the reply must keep the spelling of the request.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+from slurm_ml.config import Config, load_config, parse_config
+from slurm_ml.policy.admission import decide
+from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
+from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.submitd.server import PolicyServer
+from slurm_ml.submitd.state import StateRefresher
+from slurm_ml.submitd.wire import (
+    INFINITE,
+    NO_VAL,
+    NO_VAL16,
+    BadRequest,
+    gres_prefix,
+    normalize,
+    parse_line,
+    reply_for,
+    to_request,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE_DATA: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+CFG = load_config(EXAMPLE)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+LEAF_WAIT_S = 600  # leaf_switch_wait_min: 10
+
+STATE = AdmissionState(
+    standing={
+        "llm-pretrain": AccountStanding("llm-pretrain", exhausted=False, site_factor=700,
+                                        usage_gpu_hours=100.0, budget_gpu_hours=5000.0),
+        "llm-eval": AccountStanding("llm-eval", exhausted=True, site_factor=5,
+                                    usage_gpu_hours=2000.0, budget_gpu_hours=1000.0),
+        "detection": AccountStanding("detection", exhausted=False, site_factor=None,
+                                     usage_gpu_hours=10.0, budget_gpu_hours=100.0),
+        "physics": AccountStanding("physics", exhausted=False, site_factor=9),
+    },
+    profiles_gb={("alice", "train"): 30.0, ("bob", "small"): 20.0},
+    loaded_at=NOW,
+)
+
+#: reply ``set`` keys about the GPUs and the node layout (capability + shaping)
+SHAPE_KEYS = frozenset({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
+                        "min_nodes", "max_nodes", "ntasks_per_node", "shared", "req_switch",
+                        "wait4switch", "features"})
+#: reply ``set`` keys about budget routing
+ROUTE_KEYS = frozenset({"qos", "time_min", "site_factor"})
+#: whole-node multi-node additions
+WHOLE = {"shared": 0, "req_switch": 1, "wait4switch": LEAF_WAIT_S}
+
+PREFIXES = pytest.mark.parametrize("g", ["gres:", "gres/"], ids=["slurm22.05", "slurm23.11"])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def fmt(value: Any, g: str) -> Any:
+    """Fill the ``{g}`` GRES prefix placeholder into strings, recursively."""
+    if isinstance(value, str):
+        return value.replace("{g}", g)
+    if isinstance(value, dict):
+        return {k: fmt(v, g) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(fmt(v, g) for v in value)
+    return value
+
+
+def submit(job: Mapping[str, Any], *, state: AdmissionState = STATE, cfg: Config = CFG,
+           routing: bool = True) -> dict[str, Any]:
+    """What submitd answers for these job_desc fields (op=submit)."""
+    fields = normalize(job)
+    req = to_request(fields)
+    decision = decide(req, cfg, cluster_view(cfg), state, NOW, routing=routing)
+    wait_s = int(cfg.policy.admission.leaf_switch_wait_min * 60)
+    return reply_for(decision, fields, req, leaf_wait_s=wait_s)
+
+
+def only(changes: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in changes.items() if k in keys}
+
+
+def config_with(**admission: Any) -> Config:
+    data = copy.deepcopy(EXAMPLE_DATA)
+    data["policy"]["admission"].update(admission)
+    return parse_config(data, "test")
+
+
+_GPU_ITEM = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[A-Za-z][\w.\-]*))?(?:[:=](?P<count>\d+))?$")
+
+
+def gpu_items(spec: object) -> list[tuple[str | None, int]]:
+    """(type, count) of each GPU item of a tres_per_* value (independent of the code under test)."""
+    out: list[tuple[str | None, int]] = []
+    for raw in str(spec or "").split(","):
+        m = _GPU_ITEM.match(raw.strip())
+        if m:
+            out.append((m["type"], int(m["count"]) if m["count"] else 1))
+    return out
+
+
+def applied(job: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
+    """The job_desc after the shim assigns the reply's ``set`` (NO_VAL clears a number)."""
+    out = dict(normalize(job))
+    for key, value in reply.get("set", {}).items():
+        if value in (NO_VAL, NO_VAL16, ""):
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def total_gpus(job: Mapping[str, Any]) -> int | None:
+    """GPUs a job_desc asks for in all; None for per-socket requests."""
+    if gpu_items(job.get("tres_per_socket")):
+        return None
+    nodes = job.get("min_nodes") or 1
+    tasks = job.get("num_tasks") or 1
+    return (sum(c for _t, c in gpu_items(job.get("tres_per_node"))) * nodes
+            + sum(c for _t, c in gpu_items(job.get("tres_per_job")))
+            + sum(c for _t, c in gpu_items(job.get("tres_per_task"))) * tasks)
+
+
+def _class_features(cfg: Config) -> list[tuple[str, int, str, frozenset[str], NodeSet]]:
+    out = []
+    for cls in cfg.node_classes:
+        feats = frozenset({*cls.features, cfg.gpu_types[cls.gpu_type].feature})
+        out.append((cls.name, cls.gpus_per_node, cls.gpu_type, feats,
+                    NodeSet(cls.nodes, resolver=RESOLVER_NOGROUP)))
+    return out
+
+
+_TERM = re.compile(r"^(?P<open>[(\[]?)(?P<body>[A-Za-z0-9_.\-|]+)(?P<close>[)\]]?)$")
+
+
+def layout_problem(after: Mapping[str, Any], cfg: Config = CFG) -> str | None:
+    """Why the node layout of a rewritten job cannot be satisfied here, or None if it can.
+
+    Follows Slurm's semantics: a plain OR term lets each node carry any of the features,
+    a matching OR ``[a|b]`` makes every node carry the same one; features no node has are
+    left to Slurm (as the policy does); constraints with counts or ``!`` are not judged.
+    """
+    nodes = int(after.get("min_nodes") or 1)
+    if after.get("max_nodes") not in (None, nodes):
+        return f"min_nodes {nodes} != max_nodes {after.get('max_nodes')}"
+    per_node_items = gpu_items(after.get("tres_per_node"))
+    task_items = gpu_items(after.get("tres_per_task"))
+    job_items = gpu_items(after.get("tres_per_job"))
+    if per_node_items:
+        per_node = sum(c for _t, c in per_node_items)
+    elif task_items:
+        tasks_per_node = after.get("ntasks_per_node") or math.ceil(
+            (after.get("num_tasks") or 1) / nodes)
+        per_node = sum(c for _t, c in task_items) * tasks_per_node
+    elif job_items:
+        per_node = math.ceil(sum(c for _t, c in job_items) / nodes)
+    else:
+        return "no GPU left in the job"
+    types = {t for t, _c in per_node_items + task_items + job_items if t}
+    expr = str(after.get("features") or "")
+    known = {f for _n, _g, _t, feats, _ns in _class_features(cfg) for f in feats}
+    plain: list[set[str]] = []
+    matching: list[list[str]] = []
+    if expr:
+        for raw in expr.split("&"):
+            m = _TERM.match(raw.strip())
+            if not m:
+                return None  # counts, negation, nesting: not judged here
+            names = m["body"].split("|")
+            if not set(names) & known:
+                continue  # unknown to slurm-ml: Slurm's call
+            (matching.append(names) if m["open"] == "[" else plain.append(set(names)))
+    parts = [p.name for p in cfg.cluster.partitions]
+    wanted = [p for p in str(after.get("partition") or "").split(",") if p] or [
+        cfg.cluster.default_partition.name]
+    for part in cfg.cluster.partitions:
+        if part.name not in wanted or part.name not in parts:
+            continue
+        members = NodeSet(part.nodes, resolver=RESOLVER_NOGROUP)
+        for choice in itertools.product(*matching) if matching else [()]:
+            count = 0
+            for _name, gpn, gtype, feats, nodeset in _class_features(cfg):
+                if types and gtype not in types:
+                    continue
+                if not all(term & feats for term in plain):
+                    continue
+                if not all(c in feats for c in choice):
+                    continue
+                if gpn < per_node or (nodes > 1 and gpn != per_node):
+                    continue
+                count += len(members & nodeset)
+            if count >= nodes:
+                return None
+    return (f"{nodes} node(s) x {per_node} GPUs (types {sorted(types) or 'any'}, "
+            f"features {expr!r}) fits no partition of {wanted}")
+
+
+# --------------------------------------------------------------------------- capability + shape
+
+#: (id, job_desc fields, expected `set` restricted to SHAPE_KEYS, message must contain)
+REWRITES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
+    # --- capability matching: widening
+    ("node-typed-30g-profile-widens-to-both-a100",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4"},
+     {"tres_per_node": "{g}gpu:4", "features": "(a100_80g|a100_40g)"},
+     ["GPU type widened from a100_80g to a100_80g|a100_40g", "30 GB per GPU",
+      "the p95 peak of your last runs named 'train'", "10% margin",
+      "with NVLink between its GPUs", "pin_gpu"]),
+    ("node-typed-gpu_mem-comment-widens",
+     {"user_name": "bob", "name": "other", "tres_per_node": "{g}gpu:a100_80g:2",
+      "comment": "gpu_mem=30G"},
+     {"tres_per_node": "{g}gpu:2", "features": "(a100_80g|a100_40g)"},
+     ["widened", "gpu_mem in --comment"]),
+    ("gpu_mem-comment-beats-profile",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4",
+      "comment": "gpu_mem=70G"},
+     {}, []),
+    ("gpu_mem-in-MB",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:1", "comment": "gpu_mem=30000M"},
+     {"tres_per_node": "{g}gpu:1", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("gpu_mem-GiB-and-upper-case-key",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "GPU_MEM=30GiB"},
+     {"tres_per_node": "{g}gpu:2", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("gpu_mem-among-user-comment-text",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2",
+      "comment": "sweep 7, gpu_mem=30G; see wiki"},
+     {"tres_per_node": "{g}gpu:2", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("margin-36g-fits-40g",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem=36G"},
+     {"tres_per_node": "{g}gpu:2", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("margin-37g-does-not-fit-40g",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem=37G"},
+     {}, []),
+    ("job-typed-gpus4-widens-and-keeps-one-node",
+     {"user_name": "alice", "name": "train", "tres_per_job": "{g}gpu:a100_80g:4"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:4", "min_nodes": 1, "max_nodes": 1,
+      "features": "(a100_80g|a100_40g)"},
+     ["widened", "Kept on one node"]),
+    ("job-typed-gpus1-untyped-in-place",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:a100_80g:1", "comment": "gpu_mem=30G"},
+     {"tres_per_job": "{g}gpu:1", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("task-typed-widens-on-one-node",
+     {"user_name": "alice", "name": "train", "tres_per_task": "{g}gpu:a100_80g:1",
+      "num_tasks": 4},
+     {"tres_per_task": "{g}gpu:1", "min_nodes": 1, "max_nodes": 1,
+      "features": "(a100_80g|a100_40g)"},
+     ["widened", "Kept on one node"]),
+    # --- NVLink and single-GPU jobs
+    ("multi-gpu-needs-nvlink-so-no-v100",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:4", "comment": "gpu_mem=20G"},
+     {"tres_per_node": "{g}gpu:4", "features": "(a100_80g|a100_40g)"},
+     ["widened", "with NVLink between its GPUs"]),
+    ("single-gpu-may-widen-to-v100",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:1", "comment": "gpu_mem=20G"},
+     {"tres_per_node": "{g}gpu:1", "features": "(a100_80g|a100_40g|v100)"},
+     ["widened from a100_80g to a100_80g|a100_40g|v100"]),
+    ("single-gpu-29g-fits-v100",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:1", "comment": "gpu_mem=29G"},
+     {"tres_per_node": "{g}gpu:1", "features": "(a100_80g|a100_40g|v100)"}, ["widened"]),
+    ("single-gpu-30g-profile-too-big-for-v100",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:1"},
+     {"tres_per_node": "{g}gpu:1", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("v100-multi-gpu-has-no-nvlink-to-keep",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:v100:2", "comment": "gpu_mem=20G"},
+     {"tres_per_node": "{g}gpu:2", "features": "(a100_80g|a100_40g|v100)"}, ["widened"]),
+    ("nvlink-judged-on-the-final-one-node-shape",
+     # 4 nodes x 1 GPU needs no NVLink, but it is reshaped to 1 node x 4 GPUs, which does
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:1", "min_nodes": 4,
+      "comment": "gpu_mem=20G"},
+     {"tres_per_node": "{g}gpu:4", "min_nodes": 1, "max_nodes": 1,
+      "features": "(a100_80g|a100_40g)"},
+     ["widened", "Kept on one node"]),
+    # --- no widening
+    ("no-need-no-widening",
+     {"user_name": "alice", "name": "other", "tres_per_node": "{g}gpu:a100_80g:4"},
+     {}, []),
+    ("pin_gpu-opts-out",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4",
+      "comment": "pin_gpu"},
+     {}, []),
+    ("pin_gpu-opts-out-of-explicit-need",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:1",
+      "comment": "gpu_mem=10G pin_gpu"},
+     {}, []),
+    ("untyped-request-is-not-widened",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:4"},
+     {}, []),
+    ("need-above-requested-type-warns-and-keeps-it",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:4", "comment": "gpu_mem=90G"},
+     {}, ["Warning", "90 GB per GPU", "a100_80g has less", "may run out of GPU memory"]),
+    ("need-above-requested-type-widens-up-and-still-warns",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_40g:4", "comment": "gpu_mem=60G"},
+     {"tres_per_node": "{g}gpu:4", "features": "(a100_80g|a100_40g)"},
+     ["widened", "a100_40g has less", "may run out of GPU memory"]),
+    # --- GPU type named in --constraint
+    ("constraint-type-with-untyped-gres",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:4",
+      "features": "a100_80g"},
+     {"features": "(a100_80g|a100_40g)"}, ["widened"]),
+    ("constraint-keeps-non-gpu-terms",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4",
+      "features": "nvlink&a100_80g"},
+     {"tres_per_node": "{g}gpu:4", "features": "nvlink&(a100_80g|a100_40g)"}, ["widened"]),
+    ("constraint-keeps-unknown-feature",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:4",
+      "features": "bigmem&a100_80g"},
+     {"features": "bigmem&(a100_80g|a100_40g)"}, ["widened"]),
+    ("constraint-or-group-already-acceptable",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:4",
+      "features": "(a100_80g|a100_40g)&nvlink"},
+     {}, []),
+    ("complex-constraint-with-count-left-alone",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4",
+      "features": "nvlink*2&a100_80g"},
+     {}, []),
+    ("complex-constraint-with-negation-left-alone",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4",
+      "features": "!v100"},
+     {}, []),
+    ("non-gpu-gres-kept-when-untyping",
+     {"user_name": "alice", "name": "train", "tres_per_node": "{g}gpu:a100_80g:4,{g}nvme:1"},
+     {"tres_per_node": "{g}gpu:4,{g}nvme:1", "features": "(a100_80g|a100_40g)"}, ["widened"]),
+    # --- gang shaping
+    ("node-untyped-one-node-already",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:4"}, {}, []),
+    ("gpus16-two-whole-nodes-under-one-leaf",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:16"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE, "features": "[a100_80g|a100_40g]"},
+     ["Shaped to whole nodes: 2 nodes x 8 GPUs, exclusive", "10 min", "leaf switch"]),
+    ("gpus16-keeps-other-gres-per-node",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:16", "tres_per_node": "{g}nvme:1"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8,{g}nvme:1", "min_nodes": 2,
+      "max_nodes": 2, **WHOLE, "features": "[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+    ("gpus16-typed-keeps-type",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:a100_80g:16"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:a100_80g:8", "min_nodes": 2,
+      "max_nodes": 2, **WHOLE},
+     ["2 nodes x 8 GPUs"]),
+    ("gpus16-typed-widened-matching-or",
+     {"user_name": "alice", "name": "train", "tres_per_job": "{g}gpu:a100_80g:16"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE, "features": "[a100_80g|a100_40g]"},
+     ["widened", "2 nodes x 8 GPUs"]),
+    ("gpus16-constraint-keeps-non-gpu-term",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:16", "features": "nvlink"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE, "features": "nvlink&[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+    ("gpus16-complex-constraint-not-rewritten",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:16", "features": "nvlink*2"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE},
+     ["2 nodes x 8 GPUs"]),
+    ("node-N2-gpu8-whole-nodes",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:8", "min_nodes": 2},
+     {"tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2, **WHOLE,
+      "features": "[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+    ("node-N2-gpu2-fits-one-node",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:2", "min_nodes": 2, "max_nodes": 2},
+     {"tres_per_node": "{g}gpu:4", "min_nodes": 1, "max_nodes": 1},
+     ["Kept on one node (4 GPUs fit in one node)"]),
+    ("job-gpus4-one-node",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:4"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:4", "min_nodes": 1, "max_nodes": 1},
+     ["Kept on one node"]),
+    ("job-gpus8-one-node",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:8"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 1, "max_nodes": 1},
+     ["Kept on one node (8 GPUs fit in one node)"]),
+    ("job-gpus4-already-pinned-to-one-node",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:4", "min_nodes": 1, "max_nodes": 1},
+     {}, []),
+    ("task-gpus4-one-node",
+     {"user_name": "bob", "tres_per_task": "{g}gpu:1", "num_tasks": 4},
+     {"min_nodes": 1, "max_nodes": 1}, ["Kept on one node"]),
+    ("task-16x1-two-nodes-ntasks-per-node",
+     {"user_name": "bob", "tres_per_task": "{g}gpu:1", "num_tasks": 16},
+     {"min_nodes": 2, "max_nodes": 2, "ntasks_per_node": 8, **WHOLE,
+      "features": "[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+    ("task-8x2-two-nodes-ntasks-per-node",
+     {"user_name": "bob", "tres_per_task": "{g}gpu:2", "num_tasks": 8},
+     {"min_nodes": 2, "max_nodes": 2, "ntasks_per_node": 4, **WHOLE,
+      "features": "[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+    ("task-typed-16-widened-two-nodes",
+     {"user_name": "alice", "name": "train", "tres_per_task": "{g}gpu:a100_80g:1",
+      "num_tasks": 16, "features": "a100_80g&nvlink"},
+     {"tres_per_task": "{g}gpu:1", "min_nodes": 2, "max_nodes": 2, "ntasks_per_node": 8,
+      **WHOLE, "features": "nvlink&[a100_80g|a100_40g]"},
+     ["widened", "2 nodes x 8 GPUs"]),
+    ("v100-typed-N2x4-whole-nodes",
+     {"user_name": "dave", "tres_per_node": "{g}gpu:v100:4", "min_nodes": 2},
+     {"tres_per_node": "{g}gpu:v100:4", "min_nodes": 2, "max_nodes": 2, **WHOLE},
+     ["2 nodes x 4 GPUs"]),
+    ("v100-typed-gpus8-becomes-2x4",
+     {"user_name": "dave", "tres_per_job": "{g}gpu:v100:8"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:v100:4", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE},
+     ["2 nodes x 4 GPUs"]),
+    ("allow_fragment-keeps-stranding-shape",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:6", "min_nodes": 2,
+      "comment": "allow_fragment"},
+     {}, ["shape kept as submitted"]),
+    ("allow_fragment-keeps-small-multi-node-shape",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:2", "min_nodes": 2,
+      "comment": "allow_fragment"},
+     {}, ["shape kept as submitted"]),
+    ("socket-requests-not-reshaped",
+     {"user_name": "bob", "tres_per_socket": "{g}gpu:2", "min_nodes": 3},
+     {}, ["requests are not reshaped"]),
+    ("debug-partition-managed-too",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:16", "partition": "debug"},
+     {"tres_per_job": "", "tres_per_node": "{g}gpu:8", "min_nodes": 2, "max_nodes": 2,
+      **WHOLE, "features": "[a100_80g|a100_40g]"},
+     ["2 nodes x 8 GPUs"]),
+]
+
+
+@PREFIXES
+@pytest.mark.parametrize(("job", "want", "says"), [c[1:] for c in REWRITES],
+                         ids=[c[0] for c in REWRITES])
+def test_capability_and_shape(g: str, job: dict[str, Any], want: dict[str, Any],
+                              says: list[str]) -> None:
+    reply = submit(fmt(job, g))
+    assert reply["action"] == "accept", reply
+    assert only(reply["set"], SHAPE_KEYS) == fmt(want, g)
+    for text in says:
+        assert text in reply["message"]
+    if not any("widened" in s for s in says):
+        assert "widened" not in reply["message"]
+    # the reply keeps the request's gres spelling
+    other = "gres:" if g == "gres/" else "gres/"
+    assert other not in json.dumps(reply["set"])
+
+
+@PREFIXES
+@pytest.mark.parametrize(("job", "want", "says"), [c[1:] for c in REWRITES],
+                         ids=[c[0] for c in REWRITES])
+def test_rewrites_keep_gpu_total_and_feasible_shape(g: str, job: dict[str, Any],
+                                                    want: dict[str, Any], says: list[str]) -> None:
+    before = fmt(job, g)
+    reply = submit(before)
+    after = applied(before, reply)
+    assert total_gpus(after) == total_gpus(before)
+    if "min_nodes" in reply["set"]:
+        assert layout_problem(after) is None
+
+
+def test_widening_never_moves_a_job_off_the_type_it_asked_for() -> None:
+    """v100:8 with 20 GB: the v100 layout is 2 whole nodes x 4; the A100 nodes hold 8
+    per node, a different layout, so they are not added and nothing claims widening."""
+    reply = submit({"user_name": "bob", "tres_per_job": "gres:gpu:v100:8",
+                    "comment": "gpu_mem=20G"})
+    assert reply["action"] == "accept"
+    assert "features" not in reply["set"]
+    assert reply["set"]["tres_per_node"] == "gres:gpu:v100:4"
+    assert reply["set"]["min_nodes"] == 2
+    assert "widened" not in reply["message"]
+
+
+def test_widening_message_names_the_types_actually_allowed() -> None:
+    reply = submit({"user_name": "bob", "tres_per_node": "gres:gpu:a100_80g:4",
+                    "comment": "gpu_mem=20G"})
+    feats = reply["set"]["features"]
+    allowed = feats.strip("()[]").split("|")
+    m = re.search(r"widened from \S+ to (\S+):", reply["message"])
+    assert m is not None, reply["message"]
+    assert m[1].split("|") == allowed
+
+
+#: (id, job_desc, text the message must quote exactly as the user writes it)
+VERBATIM_NOTES: list[tuple[str, dict[str, Any], str]] = [
+    ("allow_fragment-key-keeps-its-case",
+     {"user_name": "bob", "tres_per_node": "gres:gpu:6", "min_nodes": 2,
+      "comment": "allow_fragment"},
+     "allow_fragment"),
+    ("per-socket-note-keeps-GPU-upper-case",
+     {"user_name": "bob", "tres_per_socket": "gres:gpu:2"},
+     "Per-socket GPU requests are not reshaped"),
+]
+
+
+@pytest.mark.parametrize(("job", "text"), [c[1:] for c in VERBATIM_NOTES],
+                         ids=[c[0] for c in VERBATIM_NOTES])
+def test_shape_notes_keep_their_spelling(job: dict[str, Any], text: str) -> None:
+    assert text in submit(job)["message"]
+
+
+def test_gres_equals_count_spelling_keeps_the_count() -> None:
+    """``gres/gpu:a100_80g=4`` is a spelling the parser accepts; untyping it keeps 4 GPUs."""
+    job = {"user_name": "alice", "name": "train", "tres_per_node": "gres/gpu:a100_80g=4"}
+    reply = submit(job)
+    assert reply["set"]["features"] == "(a100_80g|a100_40g)"
+    assert gpu_items(reply["set"]["tres_per_node"]) == [(None, 4)]
+    assert reply["set"]["tres_per_node"].startswith("gres/")
+
+
+def test_gres_alias_field_is_read_as_tres_per_node() -> None:
+    """Slurm 22.05 may send --gres in ``gres``; normalize folds it into tres_per_node."""
+    reply = submit({"user_name": "bob", "gres": "gres:gpu:8", "min_nodes": 2})
+    assert only(reply["set"], SHAPE_KEYS) == {
+        "tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2, **WHOLE,
+        "features": "[a100_80g|a100_40g]"}
+
+
+# --------------------------------------------------------------------------- task layouts
+
+#: (id, job) whose reshaping must leave room for every task (--ntasks-per-node is a
+#: per-node maximum when --ntasks is given too)
+TASK_CAPACITY: list[tuple[str, dict[str, Any]]] = [
+    ("node-N2-ntasks-per-node-2-reshaped-to-one-node",
+     {"user_name": "bob", "tres_per_node": "gres:gpu:2", "min_nodes": 2, "ntasks_per_node": 2,
+      "num_tasks": 4}),
+    ("node-N4-ntasks-per-node-1-reshaped-to-two-nodes",
+     {"user_name": "bob", "tres_per_node": "gres:gpu:4", "min_nodes": 4, "ntasks_per_node": 1,
+      "num_tasks": 4}),
+    ("task-N2-ntasks-per-node-2-reshaped-to-one-node",
+     {"user_name": "bob", "tres_per_task": "gres:gpu:1", "num_tasks": 4, "ntasks_per_node": 2,
+      "min_nodes": 2}),
+    ("task-16-ntasks-per-node-set-by-shaping",
+     {"user_name": "bob", "tres_per_task": "gres:gpu:1", "num_tasks": 16}),
+]
+
+
+@pytest.mark.parametrize("job", [c[1] for c in TASK_CAPACITY], ids=[c[0] for c in TASK_CAPACITY])
+def test_reshaped_layout_has_room_for_every_task(job: dict[str, Any]) -> None:
+    reply = submit(job)
+    assert reply["action"] == "accept"
+    after = applied(job, reply)
+    per_node = after.get("ntasks_per_node")
+    if per_node is not None:
+        assert per_node * (after.get("min_nodes") or 1) >= after["num_tasks"]
+
+
+# --------------------------------------------------------------------------- rejects
+
+#: (id, job, code, message must contain)
+REJECTS: list[tuple[str, dict[str, Any], int, list[str]]] = [
+    ("node-N2-gpu6-strands-gpus",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:6", "min_nodes": 2, "max_nodes": 2}, 2006,
+     ["slurm-ml rejected this job", "2 nodes with 6 GPUs each would strand GPUs",
+      "whole nodes (8 or 4 GPUs per node here)", "Nearest valid shapes:",
+      "--nodes=1 --gpus-per-node=8 (8 GPUs)", "--nodes=2 --gpus-per-node=8 (16 GPUs)",
+      "add allow_fragment to --comment"]),
+    ("job-gpus12-strands-gpus",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:12"}, 2006,
+     ["12 GPUs would strand GPUs", "Nearest valid shapes:", "allow_fragment"]),
+    ("task-12x1-strands-gpus",
+     {"user_name": "bob", "tres_per_task": "{g}gpu:1", "num_tasks": 12}, 2006,
+     ["12 GPUs would strand GPUs"]),
+    ("node-N2-gpu5-strands-gpus",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:5", "min_nodes": 2}, 2006,
+     ["2 nodes with 5 GPUs each"]),
+    ("gpus64-larger-than-any-partition",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:64"}, 2014,
+     ["the job asks for 64 GPUs", "so it would pend forever",
+      "Largest feasible request: --gpus="]),
+    ("v100-typed-12-larger-than-v100-pool",
+     {"user_name": "dave", "tres_per_job": "{g}gpu:v100:12"}, 2014,
+     ["asks for 12 GPUs", "most any job can get here is 8",
+      "Largest feasible request: --gpus=8 (2 nodes x 4 GPUs)"]),
+    ("a100_80g-typed-24-larger-than-its-pool",
+     {"user_name": "bob", "tres_per_job": "{g}gpu:a100_80g:24"}, 2014,
+     ["asks for 24 GPUs", "Largest feasible request: --gpus=16 (2 nodes x 8 GPUs)"]),
+    ("v100-node-typed-N3",
+     {"user_name": "dave", "tres_per_node": "{g}gpu:v100:4", "min_nodes": 3}, 2014,
+     ["asks for 12 GPUs"]),
+    ("constraint-matches-no-node",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:2", "features": "v100&nvlink"}, 2014,
+     ["no node in the partitions this job may use"]),
+    ("bad-gpu_mem-word",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem=lots"}, -1,
+     ["gpu_mem='lots'", "gpu_mem=30G"]),
+    ("bad-gpu_mem-zero",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem=0G"}, -1,
+     ["gpu_mem"]),
+    ("bad-gpu_mem-empty",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem="}, -1,
+     ["gpu_mem"]),
+    ("bad-gpu_mem-negative",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:a100_80g:2", "comment": "gpu_mem=-3G"}, -1,
+     ["gpu_mem"]),
+    ("bad-gpu_mem-type-from-constraint",
+     {"user_name": "bob", "tres_per_node": "{g}gpu:2", "features": "a100_80g",
+      "comment": "gpu_mem=3X"}, -1,
+     ["gpu_mem"]),
+]
+
+
+@PREFIXES
+@pytest.mark.parametrize(("job", "code", "says"), [c[1:] for c in REJECTS],
+                         ids=[c[0] for c in REJECTS])
+def test_rejects(g: str, job: dict[str, Any], code: int, says: list[str]) -> None:
+    reply = submit(fmt(job, g))
+    assert reply["action"] == "reject"
+    assert reply["code"] == code
+    assert "set" not in reply
+    for text in says:
+        assert text in reply["message"]
+
+
+#: (id, job_desc) where the shape is too large for one GPU type: either rejected (2014) or
+#: accepted with a layout Slurm can satisfy under the matching-OR it is given.
+TOO_BIG_FOR_ONE_TYPE: list[tuple[str, dict[str, Any]]] = [
+    ("gpus24", {"user_name": "bob", "tres_per_job": "gres:gpu:24"}),
+    ("gpus32", {"user_name": "bob", "tres_per_job": "gres:gpu:32"}),
+    ("node-N3-gpu8", {"user_name": "bob", "tres_per_node": "gres:gpu:8", "min_nodes": 3}),
+    ("task-32x1", {"user_name": "bob", "tres_per_task": "gres:gpu:1", "num_tasks": 32}),
+]
+
+
+@pytest.mark.parametrize("job", [c[1] for c in TOO_BIG_FOR_ONE_TYPE],
+                         ids=[c[0] for c in TOO_BIG_FOR_ONE_TYPE])
+def test_multi_node_shape_is_satisfiable_or_rejected(job: dict[str, Any]) -> None:
+    reply = submit(job)
+    if reply["action"] == "reject":
+        assert reply["code"] == 2014
+        return
+    assert layout_problem(applied(job, reply)) is None
+
+
+def test_largest_feasible_request_named_in_2014_is_itself_feasible() -> None:
+    reply = submit({"user_name": "bob", "tres_per_job": "gres:gpu:64"})
+    m = re.search(r"Largest feasible request: --gpus=(\d+)", reply["message"])
+    assert m is not None, reply["message"]
+    largest = {"user_name": "bob", "tres_per_job": f"gres:gpu:{m[1]}"}
+    again = submit(largest)
+    assert again["action"] == "accept", again
+    assert layout_problem(applied(largest, again)) is None
+
+
+# --------------------------------------------------------------------------- pass-through
+
+#: (id, job_desc) that slurm-ml must leave exactly as submitted
+PASS_THROUGH: list[tuple[str, dict[str, Any]]] = [
+    ("cpu-only", {"user_name": "carol"}),
+    ("cpu-only-with-other-gres", {"user_name": "alice", "tres_per_node": "{g}nvme:1"}),
+    ("zero-gpus", {"user_name": "alice", "tres_per_node": "{g}gpu:0"}),
+    ("cpu-only-bad-gpu_mem-ignored", {"user_name": "alice", "comment": "gpu_mem=lots"}),
+    ("cpu-only-time-min-0", {"user_name": "alice", "time_min": INFINITE}),
+    ("unmanaged-partition",
+     {"user_name": "alice", "name": "train", "partition": "cpu",
+      "tres_per_node": "{g}gpu:a100_80g:4"}),
+    ("unmanaged-partition-huge-request",
+     {"user_name": "alice", "partition": "cloud", "tres_per_job": "{g}gpu:64"}),
+    ("unmanaged-partition-stranding-shape",
+     {"user_name": "carol", "partition": "other", "tres_per_node": "{g}gpu:6", "min_nodes": 2}),
+    ("one-unmanaged-partition-in-list",
+     {"user_name": "carol", "partition": "gpu,cpu", "tres_per_job": "{g}gpu:16"}),
+]
+
+
+@PREFIXES
+@pytest.mark.parametrize("job", [c[1] for c in PASS_THROUGH], ids=[c[0] for c in PASS_THROUGH])
+def test_pass_through(g: str, job: dict[str, Any]) -> None:
+    reply = submit(fmt(job, g))
+    assert reply == {"v": 1, "action": "accept", "set": {}, "message": ""}
+
+
+# --------------------------------------------------------------------------- budget routing
+
+ONE_GPU = {"tres_per_node": "gres/gpu:1"}
+
+#: (id, job_desc, expected `set` restricted to ROUTE_KEYS, message must contain, must not)
+ROUTES: list[tuple[str, dict[str, Any], dict[str, Any], list[str], list[str]]] = [
+    ("alloc-default-time-min",
+     {"user_name": "alice"}, {"qos": "alloc", "time_min": 60, "site_factor": 700},
+     ["QOS alloc, charged to llm-pretrain", "first 60 min (the default"], []),
+    ("alloc-explicit-time-min-kept",
+     {"user_name": "alice", "time_min": 120}, {"qos": "alloc", "site_factor": 700},
+     ["first 120 min"], []),
+    ("alloc-time-min-capped",
+     {"user_name": "alice", "time_min": 600}, {"qos": "alloc", "time_min": 480, "site_factor": 700},
+     ["first 480 min (capped from 600 min"], []),
+    ("alloc-time-min-at-cap-kept",
+     {"user_name": "alice", "time_min": 480}, {"qos": "alloc", "site_factor": 700}, [], []),
+    ("alloc-default-limited-by-time-limit",
+     {"user_name": "alice", "time_limit": 20},
+     {"qos": "alloc", "time_min": 20, "site_factor": 700}, ["first 20 min (your --time limit)"],
+     []),
+    ("alloc-explicit-limited-by-time-limit",
+     {"user_name": "alice", "time_min": 300, "time_limit": 90},
+     {"qos": "alloc", "time_min": 90, "site_factor": 700}, ["your --time limit"], []),
+    ("alloc-time-limit-infinite",
+     {"user_name": "alice", "time_limit": INFINITE},
+     {"qos": "alloc", "time_min": 60, "site_factor": 700}, [], []),
+    ("alloc-time-min-noval-is-unset",
+     {"user_name": "alice", "time_min": NO_VAL},
+     {"qos": "alloc", "time_min": 60, "site_factor": 700}, ["(the default"], []),
+    ("alloc-explicit-account",
+     {"user_name": "alice", "account": "detection"}, {"qos": "alloc", "time_min": 60},
+     ["charged to detection"], []),
+    ("alloc-explicit-qos-alloc-unchanged",
+     {"user_name": "alice", "qos": "alloc"}, {"time_min": 60, "site_factor": 700}, [], []),
+    ("alloc-program-account-is-budgeted",
+     {"user_name": "alice", "account": "nlp"}, {"qos": "alloc", "time_min": 60},
+     ["charged to nlp"], []),
+    ("free-time-min-0-as-infinite-22.05",
+     {"user_name": "alice", "time_min": INFINITE},
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 700},
+     ["--time-min=0 asks for no protected runtime", "QOS free"], []),
+    ("free-time-min-0-literal",
+     {"user_name": "alice", "time_min": 0},
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 700}, ["--time-min=0"], []),
+    ("free-exhausted-budget",
+     {"user_name": "carol"}, {"qos": "free", "site_factor": 5},
+     ["Account llm-eval has used its GPU-time budget", "2000 of 1000 GPU-hours",
+      "returns to alloc"], ["--no-requeue"]),
+    ("free-exhausted-explicit-time-min-kept",
+     {"user_name": "carol", "time_min": 120}, {"qos": "free", "site_factor": 5}, [], []),
+    ("free-exhausted-time-min-0-cleared",
+     {"user_name": "carol", "time_min": INFINITE},
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 5}, ["QOS free"], []),
+    ("free-exhausted-overrides-qos-alloc",
+     {"user_name": "carol", "qos": "alloc"}, {"qos": "free", "site_factor": 5}, [], []),
+    ("free-account-not-in-budget-tree",
+     {"user_name": "alice", "account": "physics"}, {"qos": "free", "site_factor": 9},
+     ["Account physics has no GPU-time budget"], []),
+    ("free-user-without-account",
+     {"user_name": "eve"}, {"qos": "free"}, ["Account (none) has no GPU-time budget"], []),
+    ("free-no-requeue-warning",
+     {"user_name": "carol", "requeue": 0}, {"qos": "free", "site_factor": 5},
+     ["With --no-requeue a preempted job is cancelled"], []),
+    ("alloc-no-requeue-no-warning",
+     {"user_name": "alice", "requeue": 0}, {"qos": "alloc", "time_min": 60, "site_factor": 700},
+     [], ["--no-requeue"]),
+    ("free-explicit-qos-free",
+     {"user_name": "alice", "qos": "free"}, {"site_factor": 700}, ["You chose QOS free"], []),
+    ("free-explicit-qos-free-time-min-0",
+     {"user_name": "alice", "qos": "free", "time_min": INFINITE},
+     {"time_min": NO_VAL, "site_factor": 700}, ["QOS free"], []),
+    ("other-qos-untouched",
+     {"user_name": "carol", "qos": "high", "time_min": INFINITE}, {},
+     ["QOS high is not routed by slurm-ml"], []),
+]
+
+
+@pytest.mark.parametrize(("job", "want", "says", "never"), [c[1:] for c in ROUTES],
+                         ids=[c[0] for c in ROUTES])
+def test_budget_routing(job: dict[str, Any], want: dict[str, Any], says: list[str],
+                        never: list[str]) -> None:
+    reply = submit({**ONE_GPU, **job})
+    assert reply["action"] == "accept"
+    assert only(reply["set"], ROUTE_KEYS) == want
+    assert only(reply["set"], SHAPE_KEYS) == {}
+    for text in says:
+        assert text in reply["message"]
+    for text in never:
+        assert text not in reply["message"]
+
+
+#: (id, admission knobs, job_desc, expected set restricted to ROUTE/SHAPE keys, must not say)
+CONFIG_VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], list[str]]] = [
+    ("default-above-cap-is-capped",
+     {"default_min_runtime_min": 600}, {"user_name": "alice", **ONE_GPU},
+     {"qos": "alloc", "time_min": 480, "site_factor": 700}, ["None"]),
+    ("default-zero-protects-nothing",
+     {"default_min_runtime_min": 0}, {"user_name": "alice", **ONE_GPU},
+     {"qos": "alloc", "time_min": 0, "site_factor": 700}, []),
+    ("zero-margin-40g-fits-40g",
+     {"memory_margin_pct": 0}, {"user_name": "bob", "tres_per_node": "gres:gpu:a100_80g:2",
+                                "comment": "gpu_mem=40G"},
+     {"tres_per_node": "gres:gpu:2", "features": "(a100_80g|a100_40g)"}, []),
+    ("leaf-wait-follows-config",
+     {"leaf_switch_wait_min": 2.5}, {"user_name": "bob", "tres_per_job": "gres:gpu:16"},
+     {"tres_per_job": "", "tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2,
+      "shared": 0, "req_switch": 1, "wait4switch": 150, "features": "[a100_80g|a100_40g]"},
+     []),
+]
+
+
+@pytest.mark.parametrize(("knobs", "job", "want", "never"), [c[1:] for c in CONFIG_VARIANTS],
+                         ids=[c[0] for c in CONFIG_VARIANTS])
+def test_config_knobs(knobs: dict[str, Any], job: dict[str, Any], want: dict[str, Any],
+                      never: list[str]) -> None:
+    reply = submit(job, cfg=config_with(**knobs))
+    assert reply["action"] == "accept"
+    keys = frozenset(want) | (ROUTE_KEYS if set(want) & ROUTE_KEYS else SHAPE_KEYS)
+    assert only(reply["set"], keys) == want
+    for text in never:
+        assert text not in reply["message"]
+
+
+# --------------------------------------------------------------------------- the record
+
+AT = int(NOW.timestamp())
+
+#: (id, job_desc, the AdminComment record)
+RECORDS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("widened-by-profile",
+     {"user_name": "alice", "name": "train", "tres_per_node": "gres:gpu:a100_80g:4"},
+     {"v": 1, "at": AT, "need_gb": 30.0, "need_src": "profile", "types": ["a100_80g", "a100_40g"],
+      "qos": "alloc", "time_min": 60, "site_factor": 700}),
+    ("need-from-comment-not-widened",
+     {"user_name": "dave", "tres_per_node": "gres:gpu:a100_80g:4", "comment": "gpu_mem=70.5G"},
+     {"v": 1, "at": AT, "need_gb": 70.5, "need_src": "comment", "qos": "alloc", "time_min": 60}),
+    ("shaped",
+     {"user_name": "dave", "tres_per_job": "gres/gpu:16", "time_min": 30},
+     {"v": 1, "at": AT, "shape": "2x8", "qos": "alloc"}),
+    ("free-no-requeue",
+     {"user_name": "carol", "tres_per_node": "gres:gpu:1", "requeue": 0},
+     {"v": 1, "at": AT, "qos": "free", "requeue": 0, "site_factor": 5}),
+    ("other-qos-requeue",
+     {"user_name": "carol", "tres_per_node": "gres:gpu:1", "qos": "high", "requeue": 1},
+     {"v": 1, "at": AT, "requeue": 1}),
+]
+
+
+@pytest.mark.parametrize(("job", "record"), [c[1:] for c in RECORDS], ids=[c[0] for c in RECORDS])
+def test_admin_comment_record(job: dict[str, Any], record: dict[str, Any]) -> None:
+    reply = submit(job)
+    text = reply["set"]["admin_comment"]
+    assert text.startswith("slurm-ml ")
+    assert json.loads(text.removeprefix("slurm-ml ")) == record
+
+
+# --------------------------------------------------------------------------- modify (scontrol update)
+
+CURRENT = {"user_name": "alice", "name": "train", "partition": "gpu", "account": "llm-pretrain",
+           "tres_per_node": "gres:gpu:4", "time_limit": 600, "job_id": 42}
+
+#: (id, current job_rec fields, update fields, expected reply without "v")
+MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
+    ("non-shape-update-left-alone", CURRENT, {"time_limit": 30, "comment": "x"},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("empty-update-left-alone", CURRENT, {"features": "", "min_nodes": None},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("gpus16-reshaped-no-routing", CURRENT, {"tres_per_job": "gres:gpu:16"},
+     {"action": "accept",
+      "set": {"tres_per_job": "", "tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2,
+              **WHOLE, "features": "[a100_80g|a100_40g]"},
+      "message": "slurm-ml: Shaped to whole nodes: 2 nodes x 8 GPUs, exclusive, and it waits up "
+                 "to 10 min for nodes under one leaf switch before taking any."}),
+    ("new-gpu-spec-replaces-old-ones",
+     {**CURRENT, "tres_per_job": "gres:gpu:16"}, {"tres_per_node": "gres:gpu:2"},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("min-nodes-update-strands-gpus", {**CURRENT, "tres_per_node": "gres:gpu:6"},
+     {"min_nodes": 2}, {"action": "reject", "code": 2006}),
+    ("noval-update-fields-ignored", CURRENT, {"min_nodes": NO_VAL, "features": "nvlink"},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("typed-current-widened-by-constraint-update",
+     {**CURRENT, "tres_per_node": "gres/gpu:a100_80g:4"}, {"features": "a100_80g&nvlink"},
+     {"action": "accept",
+      "set": {"tres_per_node": "gres/gpu:4", "features": "nvlink&(a100_80g|a100_40g)"}}),
+    ("gres-alias-update", CURRENT, {"gres": "gres:gpu:a100_80g:16"},
+     {"action": "accept",
+      "set": {"tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2, **WHOLE,
+              "features": "[a100_80g|a100_40g]"}}),
+    ("update-to-unmanaged-partition", {**CURRENT, "partition": "cpu"},
+     {"tres_per_job": "gres:gpu:64"}, {"action": "accept", "set": {}, "message": ""}),
+    ("exhausted-account-not-rerouted", {**CURRENT, "user_name": "carol", "account": "llm-eval"},
+     {"tres_per_node": "gres:gpu:2"}, {"action": "accept", "set": {}, "message": ""}),
+]
+
+
+def server(state: AdmissionState = STATE) -> PolicyServer:
+    refresher = StateRefresher(None, CFG)
+    refresher.current = state
+    return PolicyServer(CFG, refresher, clock=lambda: NOW)
+
+
+@pytest.mark.parametrize(("current", "update", "want"), [c[1:] for c in MODIFIES],
+                         ids=[c[0] for c in MODIFIES])
+def test_modify(current: dict[str, Any], update: dict[str, Any], want: dict[str, Any]) -> None:
+    line = json.dumps({"v": 1, "op": "modify", "uid": 0, "job": update, "current": current})
+    reply = server().handle_line(line)
+    for key, value in want.items():
+        assert reply[key] == value, reply
+    assert not set(reply.get("set", {})) & (ROUTE_KEYS | {"admin_comment"})
+
+
+def test_modify_finds_the_owner_from_user_id() -> None:
+    current = {k: v for k, v in CURRENT.items() if k != "user_name"}
+    current["user_id"] = os.getuid()
+    line = json.dumps({"v": 1, "op": "modify", "job": {"tres_per_job": "gres:gpu:8"},
+                       "current": current})
+    reply = server().handle_line(line)
+    assert reply["action"] == "accept"
+    assert reply["set"]["min_nodes"] == 1
+
+
+def test_submit_through_handle_line_matches_the_pure_path() -> None:
+    job = {"user_name": "alice", "name": "train", "tres_per_job": "gres/gpu:a100_80g:16"}
+    reply = server().handle_line(json.dumps({"v": 1, "op": "submit", "uid": 1000, "job": job}))
+    assert reply == submit(job)
+
+
+# --------------------------------------------------------------------------- decoding
+
+#: (id, job_desc fields, JobRequest attributes expected)
+DECODES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("user-id-only", {"user_id": 1234}, {"user": "uid1234"}),
+    ("partition-list", {"user_name": "a", "partition": "gpu,debug"},
+     {"partitions": ("gpu", "debug")}),
+    ("no-partition", {"user_name": "a", "partition": ""}, {"partitions": ()}),
+    ("time-min-infinite-is-zero", {"user_name": "a", "time_min": INFINITE}, {"time_min_min": 0}),
+    ("time-min-noval-is-unset", {"user_name": "a", "time_min": NO_VAL}, {"time_min_min": None}),
+    ("time-limit-infinite-is-unset", {"user_name": "a", "time_limit": INFINITE},
+     {"time_limit_min": None}),
+    ("numbers-as-strings", {"user_name": "a", "min_nodes": "2", "num_tasks": " 8 "},
+     {"min_nodes": 2, "num_tasks": 8}),
+    ("whole-floats", {"user_name": "a", "min_nodes": 2.0}, {"min_nodes": 2}),
+    ("noval16", {"user_name": "a", "ntasks_per_node": NO_VAL16}, {"ntasks_per_node": None}),
+    ("max-nodes-zero-is-unset", {"user_name": "a", "max_nodes": 0}, {"max_nodes": None}),
+    ("exclusive", {"user_name": "a", "shared": 0}, {"exclusive": True}),
+    ("not-exclusive", {"user_name": "a", "shared": 1}, {"exclusive": False}),
+    ("no-requeue", {"user_name": "a", "requeue": 0}, {"requeue": False}),
+    ("switch-zero-is-unset", {"user_name": "a", "req_switch": 0}, {"switches": None}),
+    ("numeric-name", {"user_name": "a", "name": 7}, {"name": "7"}),
+    ("gpu-specs-all-fields",
+     {"user_name": "a", "tres_per_node": "gres/gpu:a100_80g:2,gres/nvme:1",
+      "tres_per_job": "gres:gpu:3", "tres_per_task": "gpu:v100:1", "tres_per_socket": "gres/gpu"},
+     {"typed_gpus": frozenset({"a100_80g", "v100"}), "is_gpu": True}),
+]
+
+
+@pytest.mark.parametrize(("job", "attrs"), [c[1:] for c in DECODES], ids=[c[0] for c in DECODES])
+def test_to_request_decodes(job: dict[str, Any], attrs: dict[str, Any]) -> None:
+    req = to_request(job)
+    for key, value in attrs.items():
+        assert getattr(req, key) == value
+
+
+#: (id, job_desc fields, BadRequest message pattern)
+BAD_JOBS: list[tuple[str, dict[str, Any], str]] = [
+    ("no-user", {"tres_per_node": "gres:gpu:1"}, "user_name is missing"),
+    ("empty-user", {"user_name": ""}, "user_name is missing"),
+    ("user-list", {"user_name": ["alice"]}, "user_name must be a string"),
+    ("user-id-text", {"user_id": "root"}, "user_id must be an integer"),
+    ("min-nodes-word", {"user_name": "a", "min_nodes": "two"}, "min_nodes must be an integer"),
+    ("min-nodes-negative", {"user_name": "a", "min_nodes": -1}, "min_nodes must not be negative"),
+    ("min-nodes-fraction", {"user_name": "a", "min_nodes": 1.5}, "min_nodes must be an integer"),
+    ("min-nodes-bool", {"user_name": "a", "min_nodes": True}, "min_nodes must be an integer"),
+    ("min-nodes-nan", {"user_name": "a", "min_nodes": float("nan")}, "min_nodes"),
+    ("min-nodes-infinity", {"user_name": "a", "min_nodes": float("inf")}, "min_nodes"),
+    ("time-min-word", {"user_name": "a", "time_min": "soon"}, "time_min must be an integer"),
+    ("requeue-word", {"user_name": "a", "requeue": "yes"}, "requeue must be an integer"),
+    ("features-object", {"user_name": "a", "features": {"a100": 1}}, "features must be a string"),
+    ("features-fraction", {"user_name": "a", "features": 3.5}, "features must be a string"),
+    ("tres-list", {"user_name": "a", "tres_per_node": ["gres:gpu:1"]},
+     "tres_per_node must be a string"),
+    ("comment-list", {"user_name": "a", "comment": []}, "comment must be a string"),
+    ("partition-bool", {"user_name": "a", "partition": False}, "partition must be a string"),
+]
+
+
+@pytest.mark.parametrize(("job", "error"), [c[1:] for c in BAD_JOBS], ids=[c[0] for c in BAD_JOBS])
+def test_to_request_rejects_bad_types(job: dict[str, Any], error: str) -> None:
+    with pytest.raises(BadRequest, match=error):
+        to_request(job)
+
+
+#: (id, request line, BadRequest message pattern)
+BAD_LINES: list[tuple[str, str, str]] = [
+    ("not-json", "{nope", "not JSON"),
+    ("array", "[1, 2]", "must be a JSON object"),
+    ("version", '{"v": 2, "op": "ping"}', "protocol version 2"),
+    ("no-op", '{"v": 1}', "unknown op None"),
+    ("unknown-op", '{"op": "delete"}', "unknown op 'delete'"),
+    ("uid-text", '{"op": "submit", "uid": "root"}', "uid must be an integer"),
+    ("uid-nan", '{"op": "ping", "uid": NaN}', "uid must be an integer"),
+    ("job-list", '{"op": "submit", "job": []}', "must be JSON objects"),
+    ("current-text", '{"op": "modify", "current": "x"}', "must be JSON objects"),
+]
+
+
+@pytest.mark.parametrize(("line", "error"), [c[1:] for c in BAD_LINES], ids=[c[0] for c in BAD_LINES])
+def test_parse_line_rejects(line: str, error: str) -> None:
+    with pytest.raises(BadRequest, match=error):
+        parse_line(line)
+
+
+@pytest.mark.parametrize(("line", "error"), [c[1:] for c in BAD_LINES], ids=[c[0] for c in BAD_LINES])
+def test_handle_line_answers_bad_requests_as_errors(line: str, error: str) -> None:
+    srv = server()
+    reply = srv.handle_line(line)
+    assert reply["action"] == "error"
+    assert re.search(error, reply["error"])
+    assert srv.counts == {"bad_request": 1}
+
+
+#: (id, job fields that to_request cannot decode) answered as bad requests by handle_line
+BAD_SUBMITS: list[tuple[str, dict[str, Any]]] = [
+    ("no-user", {"tres_per_node": "gres:gpu:1"}),
+    ("min-nodes-word", {"user_name": "a", "tres_per_node": "gres:gpu:1", "min_nodes": "x"}),
+    ("features-object", {"user_name": "a", "tres_per_node": "gres:gpu:1", "features": {}}),
+]
+
+
+@pytest.mark.parametrize("job", [c[1] for c in BAD_SUBMITS], ids=[c[0] for c in BAD_SUBMITS])
+def test_handle_line_bad_job_fields(job: dict[str, Any]) -> None:
+    srv = server()
+    reply = srv.handle_line(json.dumps({"op": "submit", "job": job}))
+    assert reply["action"] == "error"
+    assert srv.counts["bad_request"] == 1
+
+
+#: (id, job fields, the gres spelling the reply uses)
+PREFIX_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("22.05-node", {"tres_per_node": "gres:gpu:2"}, "gres:"),
+    ("23.11-node", {"tres_per_node": "gres/gpu:2"}, "gres/"),
+    ("23.11-job", {"tres_per_job": "gres/gpu:16"}, "gres/"),
+    ("23.11-task", {"tres_per_task": "gres/gpu:1"}, "gres/"),
+    ("bare", {"tres_per_node": "gpu:2"}, "gres:"),
+    ("none", {}, "gres:"),
+]
+
+
+@pytest.mark.parametrize(("job", "prefix"), [c[1:] for c in PREFIX_CASES],
+                         ids=[c[0] for c in PREFIX_CASES])
+def test_gres_prefix(job: dict[str, Any], prefix: str) -> None:
+    assert gres_prefix(job) == prefix

@@ -1,0 +1,483 @@
+"""Properties of admission over generated submissions, and a fuzz of submitd's request path.
+
+Each generated job_desc goes the way ``PolicyServer.handle_line`` sends it (normalize →
+to_request → decide → reply_for) on the example config. Whatever the request, a
+decision never asks for more GPUs than the job did, never produces a node layout the
+cluster cannot hold, explains every reject, and never raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_ml.config import Config, load_config
+from slurm_ml.policy.admission import decide
+from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
+from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.submitd.server import PolicyServer
+from slurm_ml.submitd.state import StateRefresher
+from slurm_ml.submitd.wire import (
+    INFINITE,
+    JOB_FIELDS,
+    NO_VAL,
+    NO_VAL16,
+    normalize,
+    reply_for,
+    to_request,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+CFG = load_config(EXAMPLE)
+VIEW = cluster_view(CFG)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+LEAF_WAIT_S = int(CFG.policy.admission.leaf_switch_wait_min * 60)
+MARGIN = 1 + CFG.policy.admission.memory_margin_pct / 100
+STATE = AdmissionState(
+    standing={
+        "llm-pretrain": AccountStanding("llm-pretrain", False, 700, 100.0, 5000.0),
+        "llm-eval": AccountStanding("llm-eval", True, 5, 2000.0, 1000.0),
+        "detection": AccountStanding("detection", False, None, 10.0, 100.0),
+    },
+    profiles_gb={("alice", "train"): 30.0, ("bob", "small"): 20.0, ("dave", "big"): 75.0,
+                 ("carol", "tiny"): 5.0},
+    loaded_at=NOW,
+)
+FEATURE_TO_TYPE = {t.feature: name for name, t in CFG.gpu_types.items()}
+FAST = settings(max_examples=200, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+# --------------------------------------------------------------------------- reading job_desc
+
+_GPU_ITEM = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[A-Za-z][\w.\-]*))?(?:[:=](?P<count>\d+))?$")
+
+
+def gpu_items(spec: object) -> list[tuple[str | None, int]]:
+    out: list[tuple[str | None, int]] = []
+    for raw in str(spec or "").split(","):
+        m = _GPU_ITEM.match(raw.strip())
+        if m:
+            out.append((m["type"], int(m["count"]) if m["count"] else 1))
+    return out
+
+
+def applied(job: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
+    """The job_desc after the shim assigns ``set`` ("" clears a string, NO_VAL a number)."""
+    out = dict(normalize(job))
+    for key, value in reply.get("set", {}).items():
+        if value in (NO_VAL, NO_VAL16, ""):
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def total_gpus(job: Mapping[str, Any]) -> int | None:
+    if gpu_items(job.get("tres_per_socket")):
+        return None
+    nodes = job.get("min_nodes") or 1
+    tasks = job.get("num_tasks") or 1
+    return (sum(c for _t, c in gpu_items(job.get("tres_per_node"))) * nodes
+            + sum(c for _t, c in gpu_items(job.get("tres_per_job")))
+            + sum(c for _t, c in gpu_items(job.get("tres_per_task"))) * tasks)
+
+
+def per_node_gpus(job: Mapping[str, Any]) -> int:
+    nodes = job.get("min_nodes") or 1
+    per_node = gpu_items(job.get("tres_per_node"))
+    per_task = gpu_items(job.get("tres_per_task"))
+    per_job = gpu_items(job.get("tres_per_job"))
+    if per_node:
+        return sum(c for _t, c in per_node)
+    if per_task:  # the busiest node holds at least its share of the tasks
+        return sum(c for _t, c in per_task) * math.ceil((job.get("num_tasks") or 1) / nodes)
+    return math.ceil(sum(c for _t, c in per_job) / nodes)
+
+
+def gres_types(job: Mapping[str, Any]) -> set[str]:
+    return {t for key in ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
+            for t, _c in gpu_items(job.get(key)) if t}
+
+
+_TERM = re.compile(r"^(?P<open>[(\[]?)(?P<body>[A-Za-z0-9_.\-|]+)(?P<close>[)\]]?)$")
+
+
+def constraint_terms(expr: str) -> list[tuple[bool, list[str]]] | None:
+    """Top-level AND terms as (matching OR?, names); None for richer expressions."""
+    out = []
+    for raw in expr.split("&") if expr else []:
+        m = _TERM.match(raw.strip())
+        if not m:
+            return None
+        out.append((m["open"] == "[", m["body"].split("|")))
+    return out
+
+
+def allowed_types(job: Mapping[str, Any]) -> set[str]:
+    """GPU types the job may run on: its GRES type and its GPU-type constraint terms."""
+    types = set(CFG.gpu_types)
+    typed = gres_types(job) & types
+    if typed:
+        types &= typed
+    for _matching, names in constraint_terms(str(job.get("features") or "")) or []:
+        if all(n in FEATURE_TO_TYPE for n in names):
+            types &= {FEATURE_TO_TYPE[n] for n in names}
+    return types
+
+
+def classes() -> list[tuple[int, str, frozenset[str], NodeSet]]:
+    return [(c.gpus_per_node, c.gpu_type,
+             frozenset({*c.features, CFG.gpu_types[c.gpu_type].feature}),
+             NodeSet(c.nodes, resolver=RESOLVER_NOGROUP)) for c in CFG.node_classes]
+
+
+CLASSES = classes()
+KNOWN = {f for _g, _t, feats, _n in CLASSES for f in feats}
+
+
+def layout_problem(after: Mapping[str, Any], cfg: Config = CFG) -> str | None:
+    """Why Slurm could never satisfy the rewritten job's node layout here (None: it can).
+
+    A matching OR ``[a|b]`` needs every node to carry the same one; features unknown to
+    slurm-ml are Slurm's call; expressions with counts or ``!`` are not judged.
+    """
+    nodes = int(after.get("min_nodes") or 1)
+    if after.get("max_nodes") not in (None, nodes):
+        return f"min_nodes {nodes} != max_nodes {after.get('max_nodes')}"
+    per_node = per_node_gpus(after)
+    if per_node <= 0:
+        return "no GPU per node"
+    tasks, tasks_per_node = after.get("num_tasks"), after.get("ntasks_per_node")
+    if tasks and tasks_per_node and tasks_per_node * nodes < tasks:
+        return f"{tasks} tasks do not fit {nodes} node(s) at --ntasks-per-node={tasks_per_node}"
+    types = gres_types(after)
+    expr = str(after.get("features") or "")
+    terms = constraint_terms(expr)
+    if terms is None:
+        return None
+    plain = [set(n) for m, n in terms if not m and set(n) & KNOWN]
+    matching = [n for m, n in terms if m and set(n) & KNOWN]
+    wanted = [p for p in str(after.get("partition") or "").split(",") if p] or [
+        cfg.cluster.default_partition.name]
+    for part in cfg.cluster.partitions:
+        if part.name not in wanted:
+            continue
+        members = NodeSet(part.nodes, resolver=RESOLVER_NOGROUP)
+        for choice in itertools.product(*matching):
+            count = sum(
+                len(members & nodeset) for gpn, gtype, feats, nodeset in CLASSES
+                if (not types or gtype in types) and all(t & feats for t in plain)
+                and all(c in feats for c in choice)
+                and gpn >= per_node and (nodes == 1 or gpn == per_node))
+            if count >= nodes:
+                return None
+    return (f"{nodes} node(s) x {per_node} GPUs (types {sorted(types) or 'any'}, "
+            f"features {expr!r}) fits no partition of {wanted}")
+
+
+def contradictory(job: Mapping[str, Any]) -> bool:
+    """A GRES type that a GPU-type --constraint term rules out: unsatisfiable as submitted."""
+    typed = gres_types(job) & set(CFG.gpu_types)
+    if not typed:
+        return False
+    for _m, names in constraint_terms(str(job.get("features") or "")) or []:
+        if all(n in FEATURE_TO_TYPE for n in names) and not typed & {
+                FEATURE_TO_TYPE[n] for n in names}:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- strategies
+
+USERS = ["alice", "bob", "carol", "dave", "eve"]
+NAMES = ["train", "small", "big", "tiny", "other", ""]
+GPU_TYPES = [None, "a100_80g", "a100_40g", "v100"]
+PARTITIONS = [None, "gpu", "debug", "gpu,debug", "cpu", "gpu,cpu"]
+FEATURES = [None, "a100_80g", "a100_40g", "v100", "nvlink", "pcie", "a100", "bigmem",
+            "a100_80g&nvlink", "nvlink&a100_40g", "(a100_80g|a100_40g)", "[a100_80g|a100_40g]",
+            "(a100_40g|v100)", "a100_80g&bigmem", "nvlink*2", "!v100", "v100&nvlink"]
+COMMENT_WORDS = st.one_of(
+    st.builds(lambda n: f"gpu_mem={n}G", st.integers(1, 100)),
+    st.sampled_from(["pin_gpu", "allow_fragment", "note", "ckpt=/scratch/x", "gpu_mem=lots"]),
+)
+
+
+@st.composite
+def gpu_spec(draw: st.DrawFn, prefix: str) -> tuple[str, str]:
+    """(tres_per_* field, value) of one GPU request, in one Slurm version's spelling."""
+    field = draw(st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task",
+                                  "tres_per_socket"]))
+    gtype = draw(st.sampled_from(GPU_TYPES))
+    count = draw(st.one_of(st.integers(1, 8), st.integers(0, 70)))
+    item = f"{prefix}gpu:{gtype}:{count}" if gtype else f"{prefix}gpu:{count}"
+    if draw(st.booleans()) and field == "tres_per_node":
+        item += f",{prefix}nvme:1"
+    return field, item
+
+
+@st.composite
+def job_desc(draw: st.DrawFn) -> dict[str, Any]:
+    """job_desc fields as the shim sends them (NO_VAL fields left out)."""
+    job: dict[str, Any] = {"user_name": draw(st.sampled_from(USERS))}
+    name = draw(st.sampled_from(NAMES))
+    if name:
+        job["name"] = name
+    prefix = draw(st.sampled_from(["gres:", "gres/"]))  # Slurm 22.05 or 23.11+
+    if draw(st.integers(0, 9)):  # mostly GPU jobs
+        field, value = draw(gpu_spec(prefix))
+        job[field] = value
+    optional: dict[str, st.SearchStrategy[Any]] = {
+        "partition": st.sampled_from(PARTITIONS),
+        "features": st.sampled_from(FEATURES),
+        "min_nodes": st.integers(1, 6),
+        "num_tasks": st.integers(1, 40),
+        "ntasks_per_node": st.integers(1, 8),
+        "account": st.sampled_from(["llm-pretrain", "llm-eval", "detection", "physics", "nlp"]),
+        "qos": st.sampled_from(["alloc", "free", "normal"]),
+        "time_min": st.sampled_from([0, 30, 60, 600, INFINITE, NO_VAL]),
+        "time_limit": st.sampled_from([10, 120, 10080, INFINITE]),
+        "requeue": st.sampled_from([0, 1]),
+        "comment": st.lists(COMMENT_WORDS, max_size=3).map(" ".join),
+    }
+    for key, strategy in optional.items():
+        if draw(st.booleans()):
+            value = draw(strategy)
+            if value is not None:
+                job[key] = value
+    if "min_nodes" in job and draw(st.booleans()):
+        job["max_nodes"] = job["min_nodes"] + draw(st.integers(0, 2))
+    return job
+
+
+def answer(job: Mapping[str, Any]) -> dict[str, Any]:
+    fields = normalize(job)
+    req = to_request(fields)
+    decision = decide(req, CFG, VIEW, STATE, NOW)
+    return reply_for(decision, fields, req, leaf_wait_s=LEAF_WAIT_S)
+
+
+def managed_gpu_job(job: Mapping[str, Any]) -> bool:
+    parts = [p for p in str(job.get("partition") or "").split(",") if p]
+    return (total_gpus(job) != 0 or bool(gpu_items(job.get("tres_per_socket")))) and all(
+        p in VIEW.partitions for p in parts)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@FAST
+@given(job_desc())
+def test_replies_are_well_formed_and_rejects_explain_themselves(job: dict[str, Any]) -> None:
+    reply = answer(job)  # never raises
+    assert reply["v"] == 1
+    assert reply["action"] in ("accept", "reject")
+    if reply["action"] == "reject":
+        assert reply["code"] != 0
+        assert isinstance(reply["message"], str)
+        assert reply["message"].strip()
+        assert reply["message"].startswith("slurm-ml")
+        assert "set" not in reply
+    else:
+        assert isinstance(reply["set"], dict)
+        assert isinstance(reply["message"], str)
+        json.dumps(reply)  # the reply line must serialise
+
+
+@FAST
+@given(job_desc())
+def test_never_asks_for_more_gpus(job: dict[str, Any]) -> None:
+    reply = answer(job)
+    before = total_gpus(normalize(job))
+    if reply["action"] != "accept" or before is None:
+        return
+    after = total_gpus(applied(job, reply))
+    assert after is not None
+    assert after <= before
+
+
+@FAST
+@given(job_desc())
+def test_accepted_jobs_keep_their_gpu_total(job: dict[str, Any]) -> None:
+    reply = answer(job)
+    before = total_gpus(normalize(job))
+    if reply["action"] == "accept" and before is not None:
+        assert total_gpus(applied(job, reply)) == before
+
+
+@FAST
+@given(job_desc())
+def test_layouts_are_feasible_and_multi_node_uses_whole_nodes(job: dict[str, Any]) -> None:
+    reply = answer(job)
+    if reply["action"] != "accept" or "min_nodes" not in reply["set"]:
+        return
+    changes = reply["set"]
+    assert changes["max_nodes"] == changes["min_nodes"]
+    after = applied(job, reply)
+    if contradictory(job):
+        return  # the user's own GRES type and --constraint exclude each other
+    if changes["min_nodes"] > 1:
+        assert changes["shared"] == 0
+        assert changes["req_switch"] == 1
+        assert changes["wait4switch"] == LEAF_WAIT_S
+        assert per_node_gpus(after) in {gpn for gpn, _t, _f, _n in CLASSES}
+    problem = layout_problem(after)
+    assert problem is None, problem
+
+
+@FAST
+@given(job_desc())
+def test_widening_respects_memory_and_nvlink(job: dict[str, Any]) -> None:
+    """Types slurm-ml adds have the memory (with margin) and, for multi-GPU nodes on
+    NVLink hardware, NVLink; the types the user named are never dropped for lack of memory."""
+    reply = answer(job)
+    if reply["action"] != "accept" or "features" not in reply["set"]:
+        return
+    before = normalize(job)
+    if constraint_terms(str(before.get("features") or "")) is None:
+        return
+    requested = gres_types(before) & set(CFG.gpu_types)
+    for _m, names in constraint_terms(str(before.get("features") or "")) or []:
+        if all(n in FEATURE_TO_TYPE for n in names):
+            requested |= {FEATURE_TO_TYPE[n] for n in names}
+    if not requested:
+        return
+    after = applied(job, reply)
+    added = allowed_types(after) - requested
+    if not added:
+        return
+    comment = str(job.get("comment") or "")
+    assert "pin_gpu" not in comment
+    m = re.search(r"gpu_mem=(\d+)G", comment)
+    need = float(m[1]) if m else STATE.profiles_gb[(job["user_name"], job.get("name", ""))]
+    for gpu in added:
+        assert CFG.gpu_types[gpu].memory_gb >= need * MARGIN, (gpu, need)
+    if per_node_gpus(after) > 1 and any(CFG.gpu_types[t].nvlink_links for t in requested):
+        for gpu in added:
+            assert CFG.gpu_types[gpu].nvlink_links > 0, (gpu, reply["set"])
+
+
+@FAST
+@given(job_desc())
+def test_reply_keeps_the_requests_gres_spelling(job: dict[str, Any]) -> None:
+    specs = [v for k, v in job.items() if k.startswith("tres_per_")]
+    spellings = {s[:5] for v in specs for s in str(v).split(",")}
+    reply = answer(job)
+    if reply["action"] != "accept" or not spellings:
+        return
+    written = [str(v) for k, v in reply["set"].items() if k.startswith("tres_per_") and v]
+    if "gres/" in spellings:
+        assert not any("gres:" in w for w in written), (job, reply["set"])
+    else:
+        assert not any("gres/" in w for w in written), (job, reply["set"])
+
+
+@FAST
+@given(job_desc())
+def test_cpu_only_and_unmanaged_jobs_pass_untouched(job: dict[str, Any]) -> None:
+    if managed_gpu_job(job):
+        return
+    assert answer(job) == {"v": 1, "action": "accept", "set": {}, "message": ""}
+
+
+@FAST
+@given(job_desc())
+def test_routing_only_picks_alloc_or_free(job: dict[str, Any]) -> None:
+    reply = answer(job)
+    if reply["action"] != "accept" or not managed_gpu_job(job):
+        return
+    changes = reply["set"]
+    assert changes.get("qos") in (None, "alloc", "free")
+    if job.get("qos") == "normal":
+        assert "qos" not in changes and "time_min" not in changes
+        return
+    qos = changes.get("qos", job.get("qos"))
+    assert qos in ("alloc", "free")
+    if job.get("time_min") in (0, INFINITE):
+        assert qos == "free"
+        assert changes["time_min"] == NO_VAL
+    if qos == "alloc":
+        cap = int(CFG.policy.contracts.min_runtime_cap_hours * 60)
+        protected = changes.get("time_min", job.get("time_min"))
+        assert protected is not None
+        assert 0 < protected <= cap
+
+
+# --------------------------------------------------------------------------- fuzzing submitd
+
+def policy_server() -> PolicyServer:
+    refresher = StateRefresher(None, CFG)
+    refresher.current = STATE
+    return PolicyServer(CFG, refresher, clock=lambda: NOW)
+
+
+SERVER = policy_server()
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**64, 2**64)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                               max_size=4),
+    max_leaves=12,
+)
+FIELD_VALUES = st.one_of(
+    JSON,
+    st.sampled_from([NO_VAL, NO_VAL16, INFINITE, -1, 0, 2**63, 2.5, 1e300, float("nan"),
+                     float("inf"), True, "", "gres:gpu:a100_80g:4",
+                     "gres/gpu:16", "gpu", "gres/gpu:a100_80g=4", "gres:gpu:0", "a100_80g",
+                     "[a100_80g|v100]", "gpu,debug", "gpu_mem=30G allow_fragment"]),
+)
+JOB_OBJECTS = st.builds(
+    lambda owner, fields: {**owner, **fields},
+    st.fixed_dictionaries({}, optional={"user_name": st.sampled_from(USERS)}),
+    st.dictionaries(st.sampled_from(JOB_FIELDS), FIELD_VALUES, max_size=10),
+)
+
+
+def check_reply(reply: object) -> None:
+    assert isinstance(reply, dict)
+    assert reply.get("action") in ("accept", "reject", "error", "pong", "stats", "refreshing")
+    json.dumps(reply)
+
+
+@FAST
+@given(st.binary(max_size=200))
+def test_handle_line_survives_arbitrary_bytes(line: bytes) -> None:
+    check_reply(SERVER.handle_line(line))
+
+
+@FAST
+@given(JSON)
+def test_handle_line_survives_arbitrary_json(value: object) -> None:
+    check_reply(SERVER.handle_line(json.dumps(value)))
+
+
+@FAST
+@given(st.sampled_from(["submit", "modify"]), JOB_OBJECTS, JOB_OBJECTS,
+       st.one_of(st.none(), FIELD_VALUES))
+def test_handle_line_survives_wrong_field_types(op: str, job: dict[str, Any],
+                                                current: dict[str, Any], uid: object) -> None:
+    line = json.dumps({"v": 1, "op": op, "uid": uid, "job": job, "current": current})
+    check_reply(SERVER.handle_line(line))
+
+
+@FAST
+@given(st.sampled_from(["submit", "modify"]), JOB_OBJECTS, JOB_OBJECTS)
+def test_wrong_field_types_are_bad_requests_not_internal_errors(
+        op: str, job: dict[str, Any], current: dict[str, Any]) -> None:
+    """Whatever the shim sends, submitd answers it or calls it a bad request; an
+    ``internal error`` would mean decoding let a bad value through to the policy."""
+    server = policy_server()
+    line = json.dumps({"v": 1, "op": op, "uid": 0, "job": job, "current": current})
+    reply = server.handle_line(line)
+    check_reply(reply)
+    assert server.counts["internal_error"] == 0, reply
