@@ -225,14 +225,25 @@ def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
     """Run a small GPU workload as the researcher users and show the result."""
-    from slurm_ml.devcluster.demo import run_demo
+    from slurm_ml.devcluster.demo import cancel_cases, run_admission_cases, run_demo
     from slurm_ml.slurm.client import CliSlurm
+    from slurm_ml.slurm.parse import parse_oneliner
 
     cluster = _cluster(state_dir, config_path)
     slurm = CliSlurm(cluster.runner())
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
     try:
-        jobs = run_demo(cluster.cfg, slurm, str(cluster.layout.jobs),
-                        say=lambda m: click.echo(m, err=True))
+        cases = run_admission_cases(str(cluster.layout.jobs), cluster.slurm_env, say)
+        shown = {}
+        for case in cases:
+            if case.job_id:
+                fields = parse_oneliner(cluster.runner()(
+                    ["scontrol", "-o", "show", "job", str(case.job_id)]).strip())
+                shown[case.job_id] = {k: fields.get(k, "") for k in (
+                    "QOS", "NumNodes", "TresPerNode", "TresPerJob", "Features",
+                    "OverSubscribe", "Switches", "TimeMin")}
+        cancel_cases(cases, cluster.slurm_env)
+        jobs = run_demo(cluster.cfg, slurm, str(cluster.layout.jobs), say=say)
         run = cluster.runner()
         default = next(p.name for p in cluster.cfg.cluster.partitions if p.default)
         sinfo = run(["sinfo", "-N", "-p", default, "-o", "%N %T %G %f"])
@@ -242,9 +253,20 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         _fail(str(exc))
     status = cluster.status()
     if as_json:
-        click.echo(json.dumps({"jobs": [j.__dict__ for j in jobs], "status": status},
+        click.echo(json.dumps({"admission": [dict(c.__dict__, job=shown.get(c.job_id or 0))
+                                             for c in cases],
+                               "jobs": [j.__dict__ for j in jobs], "status": status},
                               indent=2, default=str))
         return
+    click.echo("\n== admission: plain sbatch lines, rewritten or rejected by slurm-ml ==")
+    for case in cases:
+        click.echo(f"\n* {case.label}\n  $ sbatch {' '.join(case.args)}   (as {case.user})")
+        click.echo("  " + (f"accepted as job {case.job_id}" if case.accepted else "REJECTED"))
+        for line in case.message.splitlines():
+            click.echo(f"  | {line}")
+        for key, value in shown.get(case.job_id or 0, {}).items():
+            if value:
+                click.echo(f"    {key}={value}")
     click.echo("\n== nodes (sinfo) ==\n" + sinfo)
     click.echo("== sample jobs (sacct) ==\n" + sacct)
     daemons = ", ".join(f"{k}={'up' if v['running'] else 'DOWN'}"
@@ -309,6 +331,72 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
         click.echo("\n".join(f"{k}: {v}" for k, v in sorted(reply.get("stats", {}).items())))
     else:
         click.echo(reply.get("action", "?"))
+
+
+@main.command("submit-check", context_settings={"ignore_unknown_options": True,
+                                                "allow_interspersed_args": False})
+@click.option("--user", default=None, help="Submit as this user (default: you).")
+@click.option("--account", default=None, help="Account when the sbatch line has no -A.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="slurm-ml.yaml (default conf/slurm-ml.yaml).")
+@click.option("--dsn", default=None,
+              help="PostgreSQL for budgets and GPU memory profiles (default $SLURM_ML_DSN).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
+def submit_check(*, user: str | None, account: str | None, config_path: str | None,
+                 dsn: str | None, as_json: bool, sbatch_args: tuple[str, ...]) -> None:
+    """What would admission do with this job?  Runs the real policy; submits nothing.
+
+    \b
+    Examples:
+      slurm-ml submit-check -- --gres=gpu:a100_80g:4 --comment=gpu_mem=30G train.sh
+      slurm-ml submit-check --user alice --json -- --gpus=16 --wrap 'srun python x.py'
+
+    Exit codes: 0 the job would be accepted (possibly rewritten); 1 it would be
+    rejected; 2 the sbatch options or the config are invalid.
+    """
+    import getpass
+    import pwd
+
+    from slurm_ml.submitd.check import check, describe
+    from slurm_ml.submitd.run import open_store
+    from slurm_ml.submitd.sbatch_args import SbatchParseError, script_argument
+    from slurm_ml.submitd.server import PolicyServer
+    from slurm_ml.submitd.state import StateRefresher
+
+    cfg = _load_config(config_path or DEFAULT_CONFIG)
+    name = user or getpass.getuser()
+    try:
+        uid: int | None = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        uid = None
+    script = None
+    try:
+        path = script_argument(sbatch_args)
+    except SbatchParseError as exc:
+        _fail(f"sbatch would refuse this: {exc}", EXIT_BAD_INPUT)
+    try:
+        if path is not None:
+            script = Path(path).read_text()
+        elif "--wrap" not in " ".join(sbatch_args) and not sys.stdin.isatty():
+            script = sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read the batch script: {exc}", EXIT_BAD_INPUT)
+    store = open_store(cfg, dsn)
+    refresher = StateRefresher(store, cfg)
+    if store is not None:
+        if not refresher.refresh_once():
+            click.echo(f"slurm-ml: warning: database unavailable ({refresher.last_error}); "
+                       "deciding without budget standing or GPU memory profiles", err=True)
+        store.close()
+    server = PolicyServer(cfg, refresher)
+    try:
+        verdicts = check(server, sbatch_args, script, user=name, user_id=uid, account=account)
+    except SbatchParseError as exc:
+        _fail(f"sbatch would refuse this: {exc}", EXIT_BAD_INPUT)
+    _emit([v.as_dict() for v in verdicts], as_json, describe(verdicts))
+    if any(v.action == "reject" for v in verdicts):
+        sys.exit(EXIT_FAILED)
 
 
 if __name__ == "__main__":  # pragma: no cover
