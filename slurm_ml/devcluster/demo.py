@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slurm_ml import proc
 from slurm_ml.config import Config
 from slurm_ml.model import JobState
 from slurm_ml.slurm.client import CliSlurm
@@ -60,3 +61,47 @@ def run_demo(cfg: Config, slurm: CliSlurm, workdir: str, say: Callable[[str], No
     else:
         raise TimeoutError(f"demo jobs did not finish within {timeout_s:g}s")
     return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCase:
+    label: str
+    user: str
+    args: tuple[str, ...]
+    accepted: bool
+    job_id: int | None
+    message: str  # what sbatch printed on stderr: slurm-ml's explanation
+
+
+#: Plain sbatch lines a researcher would type; job_submit.lua + submitd act on each.
+ADMISSION_CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("widened: typed A100-80GB job that needs 30 GB", "alice",
+     ("--gres=gpu:a100_80g:4", "--comment=gpu_mem=30G")),
+    ("shaped: 16 GPUs become 2 whole nodes under one leaf", "bob", ("--gpus=16",)),
+    ("routed: --time-min=0 runs uncharged in QOS free", "dave",
+     ("--gres=gpu:1", "--time-min=0")),
+    ("rejected: 6 GPUs on each of 2 nodes strands GPUs", "carol", ("--gres=gpu:6", "-N2")),
+    ("rejected: 64 GPUs can never run here", "alice", ("--gpus=64",)),
+)
+
+
+def run_admission_cases(workdir: str, env: dict[str, str],
+                        say: Callable[[str], None]) -> list[AdmissionCase]:
+    """Submit each case held (so it takes no nodes), show what happened, cancel it."""
+    out = []
+    for label, user, args in ADMISSION_CASES:
+        argv = ["runuser", "-u", user, "--", "sbatch", "--parsable", "--hold", "-t", "5",
+                f"--chdir={workdir}", "--output=/dev/null", *args, "--wrap", "true"]
+        res = proc.run(argv, check=False, env=env, timeout_s=30)
+        job_id = int(res.stdout.split(";")[0]) if res.returncode == 0 else None
+        message = "\n".join(line for line in res.stderr.splitlines() if "slurm-ml" in line)
+        out.append(AdmissionCase(label, user, args, res.returncode == 0, job_id, message))
+        say(f"{label}: sbatch {' '.join(args)} (as {user}) -> "
+            f"{'job ' + str(job_id) if job_id else 'rejected'}")
+    return out
+
+
+def cancel_cases(cases: list[AdmissionCase], env: dict[str, str]) -> None:
+    ids = [str(c.job_id) for c in cases if c.job_id]
+    if ids:
+        proc.run(["scancel", *ids], check=False, env=env, timeout_s=30)
