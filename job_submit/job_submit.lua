@@ -60,15 +60,24 @@ local function now()
   return socket.gettime()
 end
 
+local function keep(out, key, value)
+  if value ~= nil and value ~= NO_VAL and value ~= NO_VAL16 then
+    local kind = type(value)
+    if kind == "string" or kind == "number" or kind == "boolean" then out[key] = value end
+  end
+end
+
+-- All fields in one protected pass; if this Slurm lacks one, field by field.
 local function read_fields(src)
   local out = {}
-  for _, key in ipairs(JOB_FIELDS) do
-    local ok, value = pcall(function() return src[key] end)
-    if ok and value ~= nil and value ~= NO_VAL and value ~= NO_VAL16 then
-      local kind = type(value)
-      if kind == "string" or kind == "number" or kind == "boolean" then
-        out[key] = value
-      end
+  local ok = pcall(function()
+    for _, key in ipairs(JOB_FIELDS) do keep(out, key, src[key]) end
+  end)
+  if not ok then
+    out = {}
+    for _, key in ipairs(JOB_FIELDS) do
+      local got, value = pcall(function() return src[key] end)
+      if got then keep(out, key, value) end
     end
   end
   return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
@@ -40,7 +39,7 @@ def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path,
     refresher.start()
     server = PolicyServer(cfg, refresher, config_path=config_path)
     try:
-        asyncio.run(serve(server, socket_path, group))
+        serve(server, socket_path, group)
     finally:
         refresher.stop()
         if store is not None:

@@ -1,7 +1,7 @@
 """``slurm-ml submitd``: the resident policy server the job_submit.lua shim asks.
 
 One JSON line in, one JSON line out, over a Unix socket (mode 0660); the shim keeps its
-connection open across submissions. Connections are served concurrently by asyncio; the
+connection open across submissions. Each connection is served by its own thread; the
 decision itself is pure and takes well under a millisecond, so nothing on the request
 path touches the database. SIGHUP reloads the config (a bad one is refused and the old
 one kept) and refreshes the state.
@@ -9,7 +9,6 @@ one kept) and refreshes the state.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import grp
 import json
@@ -18,7 +17,9 @@ import os
 import pwd
 import signal
 import socket
+import socketserver
 import stat
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -119,10 +120,14 @@ class PolicyServer:
             if env.op == "modify":
                 reply.get("set", {}).pop("admin_comment", None)
             self.counts[reply["action"]] += 1
-            log.info("decision op=%s job=%s user=%s name=%s action=%s set=%s ms=%.2f",
-                     env.op, req.job_id, req.user, req.name, reply["action"],
-                     ",".join(sorted(reply.get("set", {}))) or "-",
-                     (time.perf_counter() - t0) * 1000)
+            # Rejects are worth a line at INFO; every accepted job's decision is already
+            # stamped into its AdminComment, so those lines are DEBUG (they cost CPU on
+            # slurmctld's critical path).
+            log.log(logging.INFO if reply["action"] == "reject" else logging.DEBUG,
+                    "decision op=%s job=%s user=%s name=%s action=%s set=%s ms=%.2f",
+                    env.op, req.job_id, req.user, req.name, reply["action"],
+                    ",".join(sorted(reply.get("set", {}))) or "-",
+                    (time.perf_counter() - t0) * 1000)
             return reply
         except BadRequest as exc:
             self.counts["bad_request"] += 1
@@ -157,35 +162,47 @@ def _user_name(uid: object) -> str | None:
         return None
 
 
-class _Connection(asyncio.Protocol):
-    """One shim connection; the shim keeps it open and sends one line per submission.
+class _Handler(socketserver.StreamRequestHandler):
+    """One shim connection, in its own thread; the shim keeps it open across submissions.
 
-    A Protocol rather than asyncio streams: per request this is a buffer scan and a
-    write, which keeps submitd's CPU per submission near the policy's own cost.
+    Blocking reads and writes on a thread per connection: per request that is one
+    recv, the decision and one send, which keeps submitd's CPU per submission close to
+    the policy's own cost (slurmctld waits for us under its locks).
     """
 
-    def __init__(self, server: PolicyServer) -> None:
-        self.server = server
-        self.buf = bytearray()
-        self.transport: asyncio.Transport | None = None
+    server: _Server
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def handle(self) -> None:
+        policy = self.server.policy_server
+        while True:
+            try:
+                line = self.rfile.readline(MAX_LINE + 1)
+            except OSError:
+                return
+            if not line:
+                return
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                policy.counts["bad_request"] += 1
+                self._send({"v": VERSION, "action": "error", "error": "request line too long"})
+                return
+            if not self._send(policy.handle_line(line)):
+                return
 
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.buf += data
-        while (end := self.buf.find(b"\n")) >= 0:
-            line = bytes(self.buf[:end])
-            del self.buf[:end + 1]
-            reply = self.server.handle_line(line)
-            self.transport.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-        if len(self.buf) > MAX_LINE:
-            self.server.counts["bad_request"] += 1
-            reply = {"v": VERSION, "action": "error", "error": "request line too long"}
-            self.transport.write(json.dumps(reply).encode() + b"\n")
-            self.transport.close()
+    def _send(self, reply: dict[str, Any]) -> bool:
+        try:
+            self.wfile.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+        except OSError:
+            return False  # the shim gave up (timeout); nothing to answer
+        return True
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: Path, policy_server: PolicyServer) -> None:
+        self.policy_server = policy_server
+        super().__init__(str(path), _Handler)
 
 
 def _claim_socket_path(path: Path) -> None:
@@ -207,12 +224,13 @@ def _claim_socket_path(path: Path) -> None:
     raise SubmitdError(f"another submitd is already listening on {path}")
 
 
-async def serve(server: PolicyServer, socket_path: Path, group: str | None = None,
-                ready: Callable[[], None] | None = None) -> None:
+def serve(server: PolicyServer, socket_path: Path, group: str | None = None,
+          ready: Callable[[], None] | None = None) -> None:
     """Listen until SIGTERM/SIGINT; SIGHUP reloads the config and refreshes the state."""
     _claim_socket_path(socket_path)
-    loop = asyncio.get_running_loop()
-    srv = await loop.create_unix_server(lambda: _Connection(server), path=str(socket_path))
+    srv = _Server(socket_path, server)
+    stop = threading.Event()
+    listener: threading.Thread | None = None
     try:
         if group:
             try:
@@ -220,18 +238,21 @@ async def serve(server: PolicyServer, socket_path: Path, group: str | None = Non
             except KeyError:
                 raise SubmitdError(f"group {group!r} does not exist") from None
         os.chmod(socket_path, 0o660)
-        stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, server.reload)
+            signal.signal(sig, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: server.reload())
+        listener = threading.Thread(target=srv.serve_forever, name="accept", daemon=True)
+        listener.start()
         log.warning("submitd listening on %s (mode 0660%s)", socket_path,
                     f", group {group}" if group else "")
         if ready:
             ready()
-        await stop.wait()
+        while not stop.wait(1.0):  # signal handlers run in this (main) thread
+            pass
         log.warning("submitd stopping")
     finally:
-        srv.close()
-        await srv.wait_closed()
+        if listener is not None:
+            srv.shutdown()  # waits for serve_forever to return
+        srv.server_close()
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
