@@ -199,6 +199,7 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 256  # socketserver's 5 makes a burst of connects fail with EAGAIN
 
     def __init__(self, path: Path, policy_server: PolicyServer) -> None:
         self.policy_server = policy_server
@@ -224,35 +225,55 @@ def _claim_socket_path(path: Path) -> None:
     raise SubmitdError(f"another submitd is already listening on {path}")
 
 
-def serve(server: PolicyServer, socket_path: Path, group: str | None = None,
-          ready: Callable[[], None] | None = None) -> None:
-    """Listen until SIGTERM/SIGINT; SIGHUP reloads the config and refreshes the state."""
-    _claim_socket_path(socket_path)
-    srv = _Server(socket_path, server)
+class Listener:
+    """The bound socket and its accept thread; ``serve`` adds the signal handling."""
+
+    def __init__(self, server: PolicyServer, socket_path: Path, group: str | None = None):
+        _claim_socket_path(socket_path)
+        self.path = socket_path
+        self._srv = _Server(socket_path, server)
+        self._thread: threading.Thread | None = None
+        try:
+            if group:
+                try:
+                    os.chown(socket_path, -1, grp.getgrnam(group).gr_gid)
+                except KeyError:
+                    raise SubmitdError(f"group {group!r} does not exist") from None
+            os.chmod(socket_path, 0o660)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._srv.serve_forever, name="accept",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._srv.shutdown()  # waits for serve_forever to return
+            self._thread = None
+        self._srv.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def serve(server: PolicyServer, socket_path: Path, group: str | None = None) -> None:
+    """Listen until SIGTERM/SIGINT; SIGHUP reloads the config and refreshes the state.
+
+    Runs in the main thread: Python delivers signals there.
+    """
+    listener = Listener(server, socket_path, group)
     stop = threading.Event()
-    listener: threading.Thread | None = None
     try:
-        if group:
-            try:
-                os.chown(socket_path, -1, grp.getgrnam(group).gr_gid)
-            except KeyError:
-                raise SubmitdError(f"group {group!r} does not exist") from None
-        os.chmod(socket_path, 0o660)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         signal.signal(signal.SIGHUP, lambda *_: server.reload())
-        listener = threading.Thread(target=srv.serve_forever, name="accept", daemon=True)
         listener.start()
         log.warning("submitd listening on %s (mode 0660%s)", socket_path,
                     f", group {group}" if group else "")
-        if ready:
-            ready()
-        while not stop.wait(1.0):  # signal handlers run in this (main) thread
+        while not stop.wait(1.0):
             pass
         log.warning("submitd stopping")
     finally:
-        if listener is not None:
-            srv.shutdown()  # waits for serve_forever to return
-        srv.server_close()
-        with contextlib.suppress(FileNotFoundError):
-            socket_path.unlink()
+        listener.close()
