@@ -276,3 +276,28 @@ def test_sighup_reloads_config_without_dropping_requests(submitd: DevCluster) ->
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert submitd.submitd_pid() == pid
+
+
+def test_het_job_components_are_shaped_each_on_their_own(submitd: DevCluster,
+                                                         jobs: list[int]) -> None:
+    res = sbatch("bob", "--hold", "--gres=gpu:2", ":", "--gpus=16", "--wrap", "true",
+                 jobs=jobs)
+
+    assert res.returncode == 0, res.stderr
+    small = show(jobs[0])  # the het leader is component 0
+    big = show(jobs[0] + 1)
+    assert small["TresPerNode"].endswith("gpu:2") and small["NumNodes"].startswith("1")
+    assert big["HetJobOffset"] == "1"
+    assert big["TresPerNode"].endswith("gpu:8") and big["NumNodes"].startswith("2")
+    assert big["OverSubscribe"] == "NO"
+
+
+def test_array_elements_share_the_shaped_request(submitd: DevCluster,
+                                                 jobs: list[int]) -> None:
+    res = sbatch("bob", "--hold", "--array=1-3", "--gpus=16", "--wrap", "true", jobs=jobs)
+
+    assert res.returncode == 0, res.stderr
+    job = show(jobs[0])
+    assert job["ArrayTaskId"] == "1-3"
+    assert job["TresPerNode"].endswith("gpu:8")
+    assert job["Switches"] == "1@00:10:00"
