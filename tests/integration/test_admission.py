@@ -21,7 +21,7 @@ from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.store.postgres import PostgresStore
-from slurm_ml.store.records import JobGpuStats, derive_key
+from slurm_ml.store.records import BudgetSnapshot, JobGpuStats, derive_key
 from slurm_ml.submitd.client import ask
 
 pytestmark = pytest.mark.integration
@@ -301,3 +301,48 @@ def test_array_elements_share_the_shaped_request(submitd: DevCluster,
     assert job["ArrayTaskId"] == "1-3"
     assert job["TresPerNode"].endswith("gpu:8")
     assert job["Switches"] == "1@00:10:00"
+
+
+def _snapshot(store: PostgresStore, *, usage: float, site_factor: int | None,
+              at: datetime) -> None:
+    store.record_budget_snapshot(BudgetSnapshot(
+        idempotency_key=derive_key("test-admission-budget", uuid.uuid4().hex),
+        taken_at=at, account="llm-eval", parent="nlp", budget_share=0.2,
+        usage_gpu_hours=usage, owed_gpu_hours=0.0, site_factor=site_factor))
+
+
+def test_exhausted_budget_routes_to_free_with_the_cached_site_factor(
+        submitd: DevCluster, admin_dsn: str, jobs: list[int]) -> None:
+    now = datetime.now(UTC)
+    with PostgresStore(admin_dsn) as store:
+        _snapshot(store, usage=1e9, site_factor=4321, at=now)
+    try:
+        refresh(submitd)
+        res = sbatch("carol", "--hold", "-A", "llm-eval", "--gres=gpu:1", "--wrap", "true",
+                     jobs=jobs)
+        assert res.returncode == 0, res.stderr
+        assert "has used its GPU-time budget" in res.stderr
+        job = show(jobs[0])
+        assert job["QOS"] == "free"
+        assert '"site_factor":4321' in job["AdminComment"]
+        # The SiteFactor itself: sprio lists a job once it is released and pending.
+        proc.run(["scontrol", "update", f"job={jobs[0]}", "nodelist=gpu06"], check=False)
+        proc.run(["scontrol", "update", "nodename=gpu06", "state=drain",
+                  "reason=slurm-ml: test hold-back"])
+        try:
+            proc.run(["scontrol", "release", str(jobs[0])])
+            deadline = time.monotonic() + 20
+            while True:  # sprio lists the job after slurmctld's next priority pass
+                out = proc.run(["sprio", "-h", "-j", str(jobs[0]), "-o", "%i %S"],
+                               check=False).stdout.split()
+                if (out and out[0] == str(jobs[0])) or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            assert out == [str(jobs[0]), "4321"]
+        finally:
+            proc.run(["scancel", str(jobs[0])], check=False)
+            proc.run(["scontrol", "update", "nodename=gpu06", "state=resume"], check=False)
+    finally:
+        with PostgresStore(admin_dsn) as store:  # back to a budget in good standing
+            _snapshot(store, usage=0.0, site_factor=None, at=now + timedelta(seconds=1))
+        refresh(submitd)
