@@ -1,0 +1,134 @@
+"""What a GPU probe sees on one node, as plain values: the input of every health check.
+
+Two kinds of "no number" are kept apart, because checks treat them differently:
+``None`` means the probe did not look (a replay capture without that section, a call
+that timed out); ``NOT_SUPPORTED`` means the device says it has no such feature (no
+NVLink on a PCIe card, no row remapping before Ampere). A check may tolerate the
+second and must report the first as missing evidence.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias, TypeVar, Union
+
+
+class _NotSupported(enum.Enum):
+    NOT_SUPPORTED = "N/A"
+
+    def __repr__(self) -> str:
+        return "NOT_SUPPORTED"
+
+
+NOT_SUPPORTED: Final = _NotSupported.NOT_SUPPORTED
+T = TypeVar("T")
+#: A reading: the value, NOT_SUPPORTED, or None (not read).
+Reading: TypeAlias = Union[T, _NotSupported, None]  # noqa: UP007 (generic alias, 3.11)
+
+
+@dataclass(frozen=True, slots=True)
+class EccCounts:
+    """ECC error counters (``nvmlDeviceGetTotalEccErrors``)."""
+
+    volatile_corrected: Reading[int] = None
+    volatile_uncorrected: Reading[int] = None
+    aggregate_corrected: Reading[int] = None
+    aggregate_uncorrected: Reading[int] = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemappedRows:
+    """Row remapping, Ampere and later (``nvmlDeviceGetRemappedRows``)."""
+
+    correctable: Reading[int] = None
+    uncorrectable: Reading[int] = None
+    pending: Reading[bool] = None
+    failure: Reading[bool] = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredPages:
+    """Page retirement, Volta/Turing (``nvmlDeviceGetRetiredPages``)."""
+
+    single_bit: Reading[int] = None
+    double_bit: Reading[int] = None
+    pending: Reading[bool] = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvLink:
+    """One NVLink of one GPU."""
+
+    link: int
+    active: Reading[bool] = None
+    version: Reading[int] = None
+    speed_gbps: Reading[float] = None
+    remote_pci_bus_id: Reading[str] = None
+    remote_device_type: Reading[str] = None  # "GPU" | "SWITCH" | "IBMNPU" | ...
+    replay_errors: Reading[int] = None
+    recovery_errors: Reading[int] = None
+    crc_errors: Reading[int] = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    used_memory_mb: Reading[int] = None
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU as the probe saw it."""
+
+    index: int
+    uuid: Reading[str] = None
+    name: Reading[str] = None
+    pci_bus_id: Reading[str] = None  # normalised "00000000:07:00.0"
+    memory_total_mb: Reading[int] = None
+    memory_used_mb: Reading[int] = None
+    ecc_enabled: Reading[bool] = None
+    ecc_pending: Reading[bool] = None
+    ecc: EccCounts = field(default_factory=EccCounts)
+    remapped_rows: RemappedRows | _NotSupported | None = None
+    retired_pages: RetiredPages | _NotSupported | None = None
+    nvlinks: tuple[NvLink, ...] | _NotSupported | None = None
+    fabric_state: Reading[str] = None  # e.g. "Completed", "In Progress", "Not Started"
+    fabric_status: Reading[str] = None  # e.g. "Success"
+    pcie_width_current: Reading[int] = None
+    pcie_width_max: Reading[int] = None
+    pcie_gen_current: Reading[int] = None
+    pcie_gen_max: Reading[int] = None
+    utilization_gpu_pct: Reading[float] = None
+    utilization_memory_pct: Reading[float] = None
+    mig_enabled: Reading[bool] = None
+    processes: tuple[GpuProcess, ...] | None = None
+    errors: tuple[str, ...] = ()  # what the probe could not read, e.g. "GPU is lost"
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One ``NVRM: Xid`` line from the kernel log."""
+
+    xid: int
+    pci_bus_id: str | None  # as the line names it, e.g. "PCI:0000:b3:00"
+    message: str
+    timestamp: float | None = None  # seconds; None when the log has no usable time
+    pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """Everything one probe run saw on a node."""
+
+    node: str
+    gpus: tuple[Gpu, ...]
+    driver_version: Reading[str] = None
+    cuda_version: Reading[str] = None
+    #: ``nvidia-smi topo -m``: (gpu index, gpu index) → "NV12", "SYS", "PIX", ...
+    topology: dict[tuple[int, int], str] | None = None
+    xids: tuple[XidEvent, ...] | None = None
+    source: str = ""  # "nvml" or "replay:<files>"
+    elapsed_s: float | None = None  # how long the probe took
+    errors: tuple[str, ...] = ()  # probe-level failures: watchdog timeout, NVML init
