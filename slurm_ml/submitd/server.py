@@ -118,7 +118,11 @@ class PolicyServer:
             wait_s = int(policy.cfg.policy.admission.leaf_switch_wait_min * 60)
             reply = reply_for(decision, job, req, leaf_wait_s=wait_s)
             if env.op == "modify":
-                reply.get("set", {}).pop("admin_comment", None)
+                changes = reply.get("set", {})
+                changes.pop("admin_comment", None)
+                # slurmctld refuses any OverSubscribe change from a non-operator ("Attempt
+                # to change sharing" → access denied), after applying part of the update.
+                changes.pop("shared", None)
             self.counts[reply["action"]] += 1
             # Rejects are worth a line at INFO; every accepted job's decision is already
             # stamped into its AdminComment, so those lines are DEBUG (they cost CPU on

@@ -346,3 +346,17 @@ def test_exhausted_budget_routes_to_free_with_the_cached_site_factor(
         with PostgresStore(admin_dsn) as store:  # back to a budget in good standing
             _snapshot(store, usage=0.0, site_factor=None, at=now + timedelta(seconds=1))
         refresh(submitd)
+
+
+def test_update_to_whole_nodes_is_shaped_and_allowed(submitd: DevCluster,
+                                                     jobs: list[int]) -> None:
+    sbatch("carol", "--hold", "--gres=gpu:2", "--wrap", "true", jobs=jobs)
+
+    res = proc.run(["runuser", "-u", "carol", "--", "scontrol", "update", f"job={jobs[0]}",
+                    "NumNodes=2", "Gres=gpu:8"], check=False)
+
+    assert res.returncode == 0, res.stderr  # no "Attempt to change sharing" denial
+    job = show(jobs[0])
+    assert job["NumNodes"].startswith("2")
+    assert job["TresPerNode"].endswith("gpu:8")
+    assert job["Switches"] == "1@00:10:00"
