@@ -70,6 +70,8 @@ SHAPE_KEYS = frozenset({"tres_per_node", "tres_per_job", "tres_per_task", "tres_
 ROUTE_KEYS = frozenset({"qos", "time_min", "site_factor"})
 #: whole-node multi-node additions
 WHOLE = {"shared": 0, "req_switch": 1, "wait4switch": LEAF_WAIT_S}
+#: A user may not change OverSubscribe in an update (slurmctld denies it), so no "shared".
+WHOLE_UPDATE = {k: v for k, v in WHOLE.items() if k != "shared"}
 
 PREFIXES = pytest.mark.parametrize("g", ["gres:", "gres/"], ids=["slurm22.05", "slurm23.11"])
 
@@ -854,7 +856,7 @@ MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
     ("gpus16-reshaped-no-routing", CURRENT, {"tres_per_job": "gres:gpu:16"},
      {"action": "accept",
       "set": {"tres_per_job": "", "tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2,
-              **WHOLE, "features": "[a100_80g|a100_40g]"},
+              **WHOLE_UPDATE, "features": "[a100_80g|a100_40g]"},
       "message": "slurm-ml: Shaped to whole nodes: 2 nodes x 8 GPUs, exclusive, and it waits up "
                  "to 10 min for nodes under one leaf switch before taking any."}),
     ("new-gpu-spec-replaces-old-ones",
@@ -870,7 +872,7 @@ MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
       "set": {"tres_per_node": "gres/gpu:4", "features": "nvlink&(a100_80g|a100_40g)"}}),
     ("gres-alias-update", CURRENT, {"gres": "gres:gpu:a100_80g:16"},
      {"action": "accept",
-      "set": {"tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2, **WHOLE,
+      "set": {"tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2, **WHOLE_UPDATE,
               "features": "[a100_80g|a100_40g]"}}),
     ("update-to-unmanaged-partition", {**CURRENT, "partition": "cpu"},
      {"tres_per_job": "gres:gpu:64"}, {"action": "accept", "set": {}, "message": ""}),
