@@ -105,6 +105,19 @@ class Gpu:
     mig_enabled: Reading[bool] = None
     processes: tuple[GpuProcess, ...] | None = None
     errors: tuple[str, ...] = ()  # what the probe could not read, e.g. "GPU is lost"
+    # Added with the nvidia-smi -q replay; a probe that does not read one leaves it None.
+    minor_number: Reading[int] = None  # /dev/nvidia<N>; not the NVML index
+    reset_required: Reading[bool] = None  # nvidia-smi "GPU Reset Status" section
+    drain_and_reset_recommended: Reading[bool] = None
+    recovery_action: Reading[str] = None  # 570+: "None", "Reset", "Reboot", "Drain P2P", …
+    sram_threshold_exceeded: Reading[bool] = None  # aggregate SRAM ECC errors past the limit
+    channel_repair_pending: Reading[bool] = None  # Blackwell-era memory repair state
+    tpc_repair_pending: Reading[bool] = None
+    unrepairable_memory: Reading[bool] = None
+    pcie_replay_count: Reading[int] = None  # "Replays Since Reset": nvmlDeviceGetPcieReplayCounter
+    #: Active clock event (throttle) reasons, XML names without prefix: "hw_slowdown",
+    #: "hw_power_brake_slowdown", "sw_thermal_slowdown", "sw_power_cap", "gpu_idle", …
+    clock_events_active: Reading[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +145,6 @@ class NodeSnapshot:
     source: str = ""  # "nvml" or "replay:<files>"
     elapsed_s: float | None = None  # how long the probe took
     errors: tuple[str, ...] = ()  # probe-level failures: watchdog timeout, NVML init
+    #: How many GPUs the driver reports (nvmlDeviceGetCount, "Attached GPUs"); in a replay
+    #: of an excerpt or an ``nvidia-smi -q -i N`` capture it exceeds ``len(gpus)``.
+    attached_gpus: Reading[int] = None
