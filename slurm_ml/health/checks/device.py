@@ -1,0 +1,150 @@
+"""Checks on the device as a whole: count, probe failures, lost GPUs, PCIe, processes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from slurm_ml.health.checks._common import Out, join, label, num, unsupported
+from slurm_ml.health.checks.findings import Severity
+from slurm_ml.health.snapshot import Gpu, NodeSnapshot
+
+S = Severity
+
+#: NVML errors that mean the GPU is gone or unusable until reset (Meta GCM maps
+#: GPU_IS_LOST and RESET_REQUIRED to CRITICAL, research §1.7/§2.2; DESIGN.md: drain).
+_LOST = re.compile(r"gpu is lost|fallen off the bus|requires? (a )?reset|reset required"
+                   r"|gpu_?is_?lost|reset_?required", re.IGNORECASE)
+#: CORRUPTED_INFOROM (GCM CRITICAL; nvidia-smi exit 14; DESIGN.md: drain).
+_INFOROM = re.compile(r"inforom", re.IGNORECASE)
+
+
+def probe_errors(snap: NodeSnapshot, out: Out) -> None:
+    """A probe that failed (watchdog timeout, NVML init) is itself a finding: a hung
+    NVML is what a sick GPU looks like (research §0.2)."""
+    if not snap.errors:
+        return
+    first = snap.errors[0].replace("\n", " ").strip()
+    out.add("probe.error", S.DRAIN_NOW, None,
+            f"The GPU probe on {snap.node} failed ({first}); NVML hanging or failing to start "
+            f"usually means a GPU or the driver is wedged: drain, check dmesg, reboot.",
+            f"probe: {first[:40]}", errors=list(snap.errors), elapsed_s=snap.elapsed_s)
+
+
+def gpu_count(snap: NodeSnapshot, job_gpus: Collection[int] | None, out: Out) -> None:
+    """GPUs the driver reports vs the class (DESIGN.md: drain). ``attached_gpus`` (the
+    driver's count) wins over the GPUs listed, which a replayed excerpt may cut short."""
+    attached = num(getattr(snap, "attached_gpus", None))  # optional snapshot field
+    want, have = out.exp.gpu_count, len(snap.gpus) if attached is None else attached
+    present = {g.index for g in snap.gpus}
+    absent = sorted(set(job_gpus or ()) - present)
+    if have != want:
+        out.add("gpu.count", S.DRAIN_NOW, None,
+                f"{snap.node} shows {have} GPUs but its node class expects {want}; a GPU "
+                f"fell off the bus or is not configured: check nvidia-smi -L and dmesg.",
+                f"{have}/{want} GPUs", expected=want, found=have, listed=len(snap.gpus),
+                indices=sorted(present), missing_job_gpus=absent)
+    elif absent:
+        # The count is right, so the job's GPU indices do not match NVML's: a mapping
+        # problem (SLURM_JOB_GPUS vs NVML order), not a fault of the node.
+        out.miss("job_gpus", None, *(f"gpu {i}" for i in absent))
+
+
+def lost(gpu: Gpu, out: Out) -> bool:
+    """gpu.lost / gpu.inforom from the probe's per-GPU errors; True if the GPU is gone
+    (its other readings are then noise and not checked)."""
+    if not gpu.errors:
+        return False
+    gone = [e for e in gpu.errors if _LOST.search(e)]
+    if gone:
+        out.add("gpu.lost", S.DRAIN_NOW, gpu,
+                f"{label(gpu)} reports '{gone[0]}'; it cannot run work until reset: drain, "
+                f"reset or reboot, and replace it if it happens again.",
+                gone[0][:40], errors=list(gpu.errors))
+        return True
+    rom = [e for e in gpu.errors if _INFOROM.search(e)]
+    if rom:
+        out.add("gpu.inforom", S.DRAIN_NOW, gpu,
+                f"{label(gpu)} reports '{rom[0]}'; a corrupted InfoROM makes its ECC and "
+                f"page-retirement records untrustworthy: drain and open an RMA.",
+                "inforom corrupted", errors=list(gpu.errors))
+    rest = [e for e in gpu.errors if not _INFOROM.search(e)]
+    if rest:
+        out.add("probe.gpu_error", S.FLAG, gpu,
+                f"The probe could not read some values of {label(gpu)} ({rest[0]}); the "
+                f"checks that needed them report probe.missing.",
+                rest[0][:40], errors=rest)
+    return False
+
+
+def pcie_width(gpu: Gpu, out: Out) -> None:
+    cur, top = gpu.pcie_width_current, gpu.pcie_width_max
+    if unsupported(cur):
+        return
+    want = out.exp.pcie_width
+    if want is None:
+        if unsupported(top):
+            return
+        want = num(top)
+    have = num(cur)
+    if have is None or want is None:
+        out.miss("pcie.width", gpu, *(["pcie_width_current"] if have is None else []),
+                 *(["pcie_width_max"] if want is None else []))
+        return
+    if have < want:
+        out.add("pcie.width", S.FLAG, gpu,
+                f"{label(gpu)} runs its PCIe link at x{have} instead of x{want}, which cuts "
+                f"host transfers; reseat the GPU or riser at the next maintenance.",
+                f"x{have}/x{want}", width=have, expected=want, max=num(top),
+                gen=num(gpu.pcie_gen_current), gen_max=num(gpu.pcie_gen_max))
+
+
+def leftover(gpu: Gpu, job_pids: Collection[int], out: Out) -> None:
+    """Compute processes that are not the job's (DeepOps drains "Residual GPU processes
+    found", Meta GCM: CRITICAL, research §1.4/§1.7)."""
+    if gpu.processes is None:
+        out.miss("process.leftover", gpu, "processes")
+        return
+    allowed = set(job_pids)
+    extra = [p for p in gpu.processes if p.pid not in allowed]
+    if not extra:
+        return
+    mem = sum(n for p in extra if (n := num(p.used_memory_mb)) is not None)
+    who = join(f"{p.pid}" + (f" {p.name}" if p.name else "") for p in extra)
+    out.add("process.leftover", S.DRAIN_NOW, gpu,
+            f"{label(gpu)} still runs {len(extra)} compute process(es) that are not this "
+            f"job's (pid {who}) holding {mem} MiB; kill them (reboot if they are unkillable), then "
+            f"resume the node.",
+            f"{len(extra)} leftover pids", pids=[p.pid for p in extra],
+            names=[p.name for p in extra], used_memory_mb=mem)
+
+
+#: NVML GPU recovery action (nvidia-smi "Recovery Action", driver 570+) that means the
+#: GPU needs a reset or the node a reboot (DCGM fails on GPU_RESET, NODE_REBOOT and
+#: DRAIN_AND_RESET, warns on DRAIN_P2P; research §1.3, §0.5).
+_RECOVERY_DRAIN = frozenset({"reset", "gpu reset", "gpu_reset", "reboot", "node reboot",
+                             "node_reboot", "drain and reset", "drain_and_reset"})
+
+
+def recovery(gpu: Gpu, out: Out) -> None:
+    """The driver's own verdict: reset required / drain-and-reset recommended / recovery
+    action. Reads optional snapshot fields; a snapshot without them is not checked."""
+    flags = [name for name in ("reset_required", "drain_and_reset_recommended")
+             if getattr(gpu, name, None) is True]
+    if flags:
+        out.add("gpu.reset_required", S.DRAIN_NOW, gpu,
+                f"{label(gpu)} reports {' and '.join(f.replace('_', ' ') for f in flags)}; "
+                f"drain, reset the GPU or reboot, then resume.",
+                flags[0].replace("_", " "), flags=flags)
+    action = getattr(gpu, "recovery_action", None)
+    if not isinstance(action, str) or unsupported(action):
+        return
+    key = " ".join(action.strip().lower().split())
+    if key in ("", "none"):
+        return
+    sev = S.DRAIN_NOW if key in _RECOVERY_DRAIN else S.FLAG
+    out.add("gpu.recovery_action", sev, gpu,
+            f"The driver asks for recovery action '{action}' on {label(gpu)}; "
+            + ("drain and carry it out, then resume." if sev.drains
+               else "no drain, but peer-to-peer traffic may be affected until it is done."),
+            f"recovery {key}", recovery_action=action)

@@ -1,0 +1,102 @@
+"""Xid events from the kernel log: drain, flag or ignore by code (research §4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from slurm_ml.health.checks._common import Out, bus_key, label
+from slurm_ml.health.checks.findings import Severity
+from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent
+
+S = Severity
+
+#: Short names for messages (NVIDIA Xid catalog, research §4 table).
+NAMES: dict[int, str] = {
+    13: "graphics engine exception", 31: "GPU memory page fault",
+    43: "GPU stopped processing", 45: "preemptive cleanup", 48: "double-bit ECC error",
+    61: "PMU breakpoint", 62: "micro-controller halt", 63: "row remap/page retirement recorded",
+    64: "row remap/page retirement failure", 68: "NVDEC exception", 74: "NVLink error",
+    79: "GPU fallen off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
+    95: "uncontained ECC error", 109: "context-switch timeout", 119: "GSP RPC timeout",
+    120: "GSP error", 140: "unrecovered ECC error", 154: "GPU recovery action changed",
+}
+
+#: Xid 154 "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)": the
+#: driver's own verdict (NVML_GPU_RECOVERY_ACTION_*; DCGM fails on GPU reset, node reboot
+#: and drain-and-reset, warns on drain P2P, research §1.3/§0.6).
+_ACTION = re.compile(r"\bto\s+0x([0-9a-fA-F]+)")
+_ACTIONS: dict[int, tuple[str, Severity | None]] = {
+    0: ("none", None), 1: ("a GPU reset", S.DRAIN_NOW), 2: ("a node reboot", S.DRAIN_NOW),
+    3: ("draining P2P", S.FLAG), 4: ("drain and reset", S.DRAIN_NOW),
+}
+
+
+def _severity(ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
+    """Severity of one event (None: ignore) and what the operator should do."""
+    if ev.xid in out.th.xid_drain:
+        return S.DRAIN_NOW, "drain, reset or reboot, and replace the GPU if it recurs"
+    if ev.xid in out.th.xid_ignore:
+        return None, ""
+    if ev.xid == 154:
+        m = _ACTION.search(ev.message)
+        if m is not None:
+            name, sev = _ACTIONS.get(int(m.group(1), 16), ("an unknown action", S.FLAG))
+            return sev, f"the driver asks for {name}"
+    return S.FLAG, "no action unless it repeats"
+
+
+def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: Out) -> None:
+    """Group the Xids logged since ``since`` by (GPU, code). Events without a timestamp
+    cannot be placed in time: they are counted and the evidence says so. Events on a GPU
+    outside ``scope`` are skipped; events on an unknown bus (a GPU that fell off the bus is
+    no longer enumerated) stay, node-level."""
+    if snap.xids is None:
+        out.miss("xid", None, "xids")
+        return
+    by_bus: dict[tuple[int, int, int], Gpu] = {}
+    for g in snap.gpus:
+        key = bus_key(g.pci_bus_id)
+        if key is not None:
+            by_bus.setdefault(key, g)
+    groups: dict[tuple[int, int, str], list[tuple[XidEvent, Severity, str]]] = {}
+    gpu_of: dict[int, Gpu] = {}
+    for ev in snap.xids:
+        if since is not None and ev.timestamp is not None and ev.timestamp < since:
+            continue
+        key = bus_key(ev.pci_bus_id)
+        gpu = by_bus.get(key) if key is not None else None
+        if gpu is not None and gpu.index not in scope:
+            continue
+        sev, action = _severity(ev, out)
+        if sev is None:
+            continue
+        if gpu is not None:
+            gpu_of[gpu.index] = gpu
+        group = (-1 if gpu is None else gpu.index, ev.xid,
+                 "" if gpu is not None else ev.pci_bus_id or "")
+        groups.setdefault(group, []).append((ev, sev, action))
+    for (index, code, bus), events in sorted(groups.items()):
+        gpu = gpu_of.get(index)
+        _, sev, action = min(events, key=lambda e: e[1].rank)
+        evs = [e for e, _, _ in events]
+        n = len(evs)
+        untimed = sum(1 for e in evs if e.timestamp is None)
+        stamps = [e.timestamp for e in evs if e.timestamp is not None]
+        where = (label(gpu) if gpu is not None
+                 else f"The GPU at {bus} (not enumerated)" if bus else "A GPU (bus not logged)")
+        when = f" since t={since:g}" if since is not None else ""
+        note = f" ({untimed} without a timestamp, counted anyway)" if untimed else ""
+        name = NAMES.get(code, "see the NVIDIA Xid catalog")
+        evidence: dict[str, object] = {
+            "xid": code, "count": n, "untimed": untimed, "since": since,
+            "first_ts": min(stamps) if stamps else None,
+            "last_ts": max(stamps) if stamps else None,
+            "pids": sorted({e.pid for e in evs if e.pid is not None})[:10],
+            "sample": evs[0].message[:200],
+        }
+        if gpu is None:
+            evidence["pci_bus_id"] = bus or None
+        out.add(f"xid.{code}", sev, gpu,
+                f"{where} logged Xid {code} ({name}) {n} time(s){when}{note}; {action}.",
+                f"Xid {code} x{n}", **evidence)
