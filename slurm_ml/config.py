@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdmissionConfig",
+    "QuarantineConfig",
     "ClusterConfig",
     "Config",
     "ConfigError",
@@ -172,6 +173,16 @@ class AdmissionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantineConfig:
+    """When slurm-ml drains GPU nodes, resumes them, and stops itself (circuit breaker)."""
+
+    resume_after_passes: int = _knob(3, _ge(1))  # consecutive clean checks before a resume
+    breaker_fraction: float = _knob(0.2, _fraction)  # share of a node class drained per window
+    breaker_window_min: float = _knob(30.0, _gt(0))  # the window breaker_fraction is over
+    prolog_budget_s: float = _knob(5.0, _gt(0))  # the prolog's whole health check, hard limit
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Policy knobs; every one has a default equal to conf/slurm-ml.yaml."""
 
@@ -179,6 +190,7 @@ class PolicyConfig:
     contracts: ContractsConfig = field(default_factory=ContractsConfig)
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    quarantine: QuarantineConfig = field(default_factory=QuarantineConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -889,6 +901,7 @@ def _policy(parser: _Parser, value: object) -> PolicyConfig | None:
         "contracts": ContractsConfig,
         "reclaim": ReclaimConfig,
         "admission": AdmissionConfig,
+        "quarantine": QuarantineConfig,
     }
     sections = parser.mapping(value, "policy", (), tuple(parts))
     if sections is None:
