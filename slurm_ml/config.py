@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdmissionConfig",
-    "QuarantineConfig",
     "ClusterConfig",
     "Config",
     "ConfigError",
@@ -41,6 +40,7 @@ __all__ = [
     "FairshareConfig",
     "PartitionConfig",
     "PolicyConfig",
+    "QuarantineConfig",
     "ReclaimConfig",
     "SlurmConfig",
     "StoreConfig",
