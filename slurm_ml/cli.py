@@ -109,6 +109,46 @@ def db_migrate(dsn: str, as_json: bool) -> None:
           f"applied: {', '.join(applied)}" if applied else "schema is up to date")
 
 
+# ------------------------------------------------------------------- health
+@main.group()
+def health() -> None:
+    """GPU node health checks."""
+
+
+@health.command("check")
+@click.option("--from-nvidia-smi", "capture_dir", required=True, metavar="DIR",
+              type=click.Path(file_okay=False),
+              help="Directory of captures: nvidia-smi -q [-x], topo -m, nvlink -s/-e, dmesg.")
+@click.option("--node", default=None, help="Node name; its class comes from the config.")
+@click.option("--class", "node_class", default=None, metavar="NODECLASS",
+              help="Node class whose expectations apply (wins over --node).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="slurm-ml.yaml for --class/--node (default conf/slurm-ml.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def health_check(capture_dir: str, node: str | None, node_class: str | None,
+                 config_path: str | None, as_json: bool) -> None:
+    """Check a node from its captures, without NVML.
+
+    Without --class or --node the expectations are inferred from the captures (GPU
+    count, NVLink links, topology): only a GPU unlike its peers is caught then.
+
+    Exit codes: 0 healthy (no drain finding); 1 a drain finding; 2 bad input
+    (unreadable capture, unknown class or node, invalid config).
+    """
+    from slurm_ml.health.replay.errors import CaptureError
+    from slurm_ml.health.report import HealthInputError, check_captures
+
+    cfg = None
+    if config_path is not None or node_class is not None or node is not None:
+        cfg = _load_config(config_path or DEFAULT_CONFIG)
+    try:
+        report = check_captures(capture_dir, node=node, node_class=node_class, config=cfg)
+    except (CaptureError, HealthInputError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    _emit(report.as_dict(), as_json, report.render())
+    sys.exit(report.exit_code)
+
+
 # --------------------------------------------------------------- devcluster
 @main.group()
 def devcluster() -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from slurm_ml.health.checks._common import Out, join, label, num, unsupported
+from slurm_ml.health.checks._common import Out, join, label, num, text, unsupported
 from slurm_ml.health.checks.findings import Severity
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot
 
@@ -34,7 +34,7 @@ def probe_errors(snap: NodeSnapshot, out: Out) -> None:
 def gpu_count(snap: NodeSnapshot, job_gpus: Collection[int] | None, out: Out) -> None:
     """GPUs the driver reports vs the class (DESIGN.md: drain). ``attached_gpus`` (the
     driver's count) wins over the GPUs listed, which a replayed excerpt may cut short."""
-    attached = num(getattr(snap, "attached_gpus", None))  # optional snapshot field
+    attached = num(snap.attached_gpus)
     want, have = out.exp.gpu_count, len(snap.gpus) if attached is None else attached
     present = {g.index for g in snap.gpus}
     absent = sorted(set(job_gpus or ()) - present)
@@ -77,25 +77,42 @@ def lost(gpu: Gpu, out: Out) -> bool:
     return False
 
 
-def pcie_width(gpu: Gpu, out: Out) -> None:
+def pcie_width(gpu: Gpu, peers: Sequence[Gpu], out: Out) -> None:
+    """PCIe link width below what it should be (DESIGN.md: flag).
+
+    With ``Expectations.pcie_width`` the class says the width. Without it, the reference
+    is the widest link among the GPU's peers (same product name) on this node, capped at
+    the GPU's own maximum: a degraded link is the one narrower than its siblings. The
+    GPU's own maximum alone is not a reference: servers and clouds put x16 cards in x8
+    slots by design (the healthy AWS A10G and T4 captures run x8 of x16), so a GPU with
+    no peer, or a node whose GPUs all run one width, is not judged.
+    """
     cur, top = gpu.pcie_width_current, gpu.pcie_width_max
     if unsupported(cur):
         return
-    want = out.exp.pcie_width
-    if want is None:
-        if unsupported(top):
-            return
-        want = num(top)
     have = num(cur)
-    if have is None or want is None:
-        out.miss("pcie.width", gpu, *(["pcie_width_current"] if have is None else []),
-                 *(["pcie_width_max"] if want is None else []))
+    want = out.exp.pcie_width
+    basis = "class"
+    if want is None:
+        basis = "peers"
+        name = text(gpu.name)
+        widths = [w for p in peers if p.index != gpu.index and text(p.name) == name
+                  and (w := num(p.pcie_width_current)) is not None]
+        if not widths:
+            return
+        want = max(widths)
+        cap = num(top)
+        if cap is not None:
+            want = min(want, cap)
+    if have is None:
+        out.miss("pcie.width", gpu, "pcie_width_current")
         return
     if have < want:
+        why = "" if basis == "class" else " (its peers on this node run it)"
         out.add("pcie.width", S.FLAG, gpu,
-                f"{label(gpu)} runs its PCIe link at x{have} instead of x{want}, which cuts "
-                f"host transfers; reseat the GPU or riser at the next maintenance.",
-                f"x{have}/x{want}", width=have, expected=want, max=num(top),
+                f"{label(gpu)} runs its PCIe link at x{have} instead of x{want}{why}, which "
+                f"cuts host transfers; reseat the GPU or riser at the next maintenance.",
+                f"x{have}/x{want}", width=have, expected=want, basis=basis, max=num(top),
                 gen=num(gpu.pcie_gen_current), gen_max=num(gpu.pcie_gen_max))
 
 
@@ -128,15 +145,17 @@ _RECOVERY_DRAIN = frozenset({"reset", "gpu reset", "gpu_reset", "reboot", "node 
 
 def recovery(gpu: Gpu, out: Out) -> None:
     """The driver's own verdict: reset required / drain-and-reset recommended / recovery
-    action. Reads optional snapshot fields; a snapshot without them is not checked."""
-    flags = [name for name in ("reset_required", "drain_and_reset_recommended")
-             if getattr(gpu, name, None) is True]
+    action. A probe that did not read them (None) leaves them unchecked."""
+    flags = [name for name, value in (("reset_required", gpu.reset_required),
+                                      ("drain_and_reset_recommended",
+                                       gpu.drain_and_reset_recommended))
+             if value is True]
     if flags:
         out.add("gpu.reset_required", S.DRAIN_NOW, gpu,
                 f"{label(gpu)} reports {' and '.join(f.replace('_', ' ') for f in flags)}; "
                 f"drain, reset the GPU or reboot, then resume.",
                 flags[0].replace("_", " "), flags=flags)
-    action = getattr(gpu, "recovery_action", None)
+    action = gpu.recovery_action
     if not isinstance(action, str) or unsupported(action):
         return
     key = " ".join(action.strip().lower().split())

@@ -20,7 +20,8 @@ class Expectations:
     expected, NVLink not checked). ``expected_topology_cell`` is what ``nvidia-smi topo -m``
     shows between any two GPUs ("NV12" on 8x A100 SXM); None: topology not checked.
     ``pcie_width``: the link width every GPU must run at; None: compare each GPU's current
-    width to its own maximum.
+    width with its peers' (same product on the node), never with its own maximum alone
+    (x16 cards in x8 slots are normal: AWS A10G/T4).
     """
 
     gpu_count: int
@@ -66,10 +67,15 @@ def topology_cell(gpus: int, links: int) -> str | None:
 
 #: Xids that drain the node now (research §4 "Recommendation": drain). DESIGN.md's list is
 #: 48, 62, 64, 74, 79, 95, 119, 120; research §4 adds 61 ("drain if seen") and 140 (ECC
-#: unrecovered, NVIDIA RESET_GPU, DCGM FAIL).
-XID_DRAIN: frozenset[int] = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140})
+#: unrecovered, NVIDIA RESET_GPU, DCGM FAIL). 144-150 are the NVLink errors of current
+#: NVLink generations (NVIDIA Xid catalog: SAW, RLW, TLW, TREX, NVLPW_CTRL, NETIR, MSE),
+#: drained like Xid 74 (inference; the capture ogkm1150_kernel_xid45_after_xid145_149
+#: shows them behind Xid 45 on a node whose NVLinks were all down).
+XID_DRAIN: frozenset[int] = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140,
+                                       144, 145, 146, 147, 148, 149, 150})
 #: Xids that are the application's fault (DESIGN.md: 13, 31, 43, 45; research §4 and the
-#: NVIDIA k8s-device-plugin ignore set add 68, NVDEC exception). Everything in neither
+#: NVIDIA k8s-device-plugin ignore set add 68, NVDEC exception). An ignored event whose
+#: message says "caused by previous Xid N" is judged as Xid N (checks.xid). Everything in neither
 #: set is a FLAG: 63 (remap recorded: the remap.pending check decides), 92 (high SBE rate,
 #: NVIDIA "IGNORE"), 94 (contained ECC, job-level), 109 (drain only if repeated).
 XID_IGNORE: frozenset[int] = frozenset({13, 31, 43, 45, 68})

@@ -57,7 +57,7 @@ def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
         memory.retired_pages(gpu, out)
         nvlink.active_links(gpu, out)
         nvlink.fabric(gpu, out)
-        device.pcie_width(gpu, out)
+        device.pcie_width(gpu, snap.gpus, out)
         if job_pids is not None:
             device.leftover(gpu, job_pids, out)
         old = _match(gpu, previous)

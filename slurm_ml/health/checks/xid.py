@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from slurm_ml.health.checks._common import Out, bus_key, label
+from slurm_ml.health.checks._common import Out, bus_key, join, label
 from slurm_ml.health.checks.findings import Severity
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent
 
@@ -19,8 +19,15 @@ NAMES: dict[int, str] = {
     64: "row remap/page retirement failure", 68: "NVDEC exception", 74: "NVLink error",
     79: "GPU fallen off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
     95: "uncontained ECC error", 109: "context-switch timeout", 119: "GSP RPC timeout",
-    120: "GSP error", 140: "unrecovered ECC error", 154: "GPU recovery action changed",
+    120: "GSP error", 140: "unrecovered ECC error", 144: "NVLink SAW error",
+    145: "NVLink RLW error", 146: "NVLink TLW error", 147: "NVLink TREX error",
+    148: "NVLink NVLPW_CTRL error", 149: "NVLink NETIR error", 150: "NVLink MSE error",
+    154: "GPU recovery action changed",
 }
+
+#: "Xid 45 … caused by previous Xid 149": the driver names the primary error of a
+#: follow-up event (research §4: Xid 45 "follow the primary Xid").
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})", re.IGNORECASE)
 
 #: Xid 154 "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)": the
 #: driver's own verdict (NVML_GPU_RECOVERY_ACTION_*; DCGM fails on GPU reset, node reboot
@@ -32,18 +39,36 @@ _ACTIONS: dict[int, tuple[str, Severity | None]] = {
 }
 
 
-def _severity(ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
-    """Severity of one event (None: ignore) and what the operator should do."""
-    if ev.xid in out.th.xid_drain:
+def _severity(code: int, ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
+    """Severity of an event judged as Xid ``code`` (None: ignore) and what to do."""
+    if code in out.th.xid_drain:
         return S.DRAIN_NOW, "drain, reset or reboot, and replace the GPU if it recurs"
-    if ev.xid in out.th.xid_ignore:
+    if code in out.th.xid_ignore:
         return None, ""
-    if ev.xid == 154:
+    if code == 154:
         m = _ACTION.search(ev.message)
         if m is not None:
             name, sev = _ACTIONS.get(int(m.group(1), 16), ("an unknown action", S.FLAG))
             return sev, f"the driver asks for {name}"
     return S.FLAG, "no action unless it repeats"
+
+
+def _judged_as(ev: XidEvent, out: Out) -> int:
+    """The code an event is judged by: its own, or, for an ignored follow-up event that
+    names its cause ("Xid 45 … caused by previous Xid 149"), the worst cause. The cause
+    line itself may be missing from the log (rotated, or logged before a reboot)."""
+    if ev.xid not in out.th.xid_ignore:
+        return ev.xid
+    causes = [int(c) for c in _CAUSED_BY.findall(ev.message)]
+    causes = [c for c in causes if c != ev.xid]
+    if not causes:
+        return ev.xid
+
+    def rank(code: int) -> int:
+        sev, _ = _severity(code, ev, out)
+        return 3 if sev is None else sev.rank
+
+    return min(causes, key=rank)
 
 
 def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: Out) -> None:
@@ -68,12 +93,13 @@ def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: O
         gpu = by_bus.get(key) if key is not None else None
         if gpu is not None and gpu.index not in scope:
             continue
-        sev, action = _severity(ev, out)
+        code = _judged_as(ev, out)
+        sev, action = _severity(code, ev, out)
         if sev is None:
             continue
         if gpu is not None:
             gpu_of[gpu.index] = gpu
-        group = (-1 if gpu is None else gpu.index, ev.xid,
+        group = (-1 if gpu is None else gpu.index, code,
                  "" if gpu is not None else ev.pci_bus_id or "")
         groups.setdefault(group, []).append((ev, sev, action))
     for (index, code, bus), events in sorted(groups.items()):
@@ -88,8 +114,11 @@ def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: O
         when = f" since t={since:g}" if since is not None else ""
         note = f" ({untimed} without a timestamp, counted anyway)" if untimed else ""
         name = NAMES.get(code, "see the NVIDIA Xid catalog")
+        via = sorted({e.xid for e in evs if e.xid != code})
+        if via:
+            name += f", reported as Xid {join(via)} 'caused by previous Xid {code}'"
         evidence: dict[str, object] = {
-            "xid": code, "count": n, "untimed": untimed, "since": since,
+            "xid": code, "reported_as": via, "count": n, "untimed": untimed, "since": since,
             "first_ts": min(stamps) if stamps else None,
             "last_ts": max(stamps) if stamps else None,
             "pids": sorted({e.pid for e in evs if e.pid is not None})[:10],

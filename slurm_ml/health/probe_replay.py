@@ -1,0 +1,392 @@
+"""ReplayProbe: a ``GpuProbe`` that reads a node back from captured command output.
+
+``ReplayProbe.from_dir(DIR)`` reads every file in ``DIR`` (not recursively; names that
+start with ``.`` and sub-directories are skipped) and tells each file's kind from its
+content, never its name:
+
+====================================  ====================================================
+kind                                  recognised by / what it gives the snapshot
+====================================  ====================================================
+``nvidia-smi -q`` (text) / ``-q -x``  ``NVSMI LOG`` banner, a ``GPU 00000000:07:00.0``
+                                      section, or XML: the GPUs, driver, ``attached_gpus``
+``nvidia-smi topo -m``                a ``GPU0 GPU1 …`` header row: ``topology`` (GPU-GPU
+                                      cells). A ``topo -p2p`` matrix is read, not used
+``nvidia-smi nvlink -s``              ``GPU n: … (UUID: …)`` + ``Link k: 25 GB/s`` /
+                                      ``<inactive>``: ``Gpu.nvlinks`` by GPU index
+``nvidia-smi nvlink -e`` / ``-gt``    ``Link k: <counter>: <n>``: error counters filled
+                                      into the links ``nvlink -s`` lists
+``nvidia-smi nvlink -c``              ``Link k, <capability>: true|false``: read, not used
+                                      (H800 prints "Link is supported: false" on healthy,
+                                      active links, so it says nothing about health)
+kernel log (dmesg, journal)           ``NVRM: Xid``/``SXid`` lines, or mostly kernel-log
+                                      lines: ``xids`` (SXids have no place in a snapshot)
+blank file                            nothing (what ``nvlink -s`` prints without NVLink)
+====================================  ====================================================
+
+Anything else (a ``dcgmi diag`` table, the plain ``nvidia-smi`` view, a Fabric Manager
+log), an unreadable or binary file, a damaged capture, or two captures that contradict
+each other raise :class:`CaptureError` naming the file.
+
+Merging: the ``nvidia-smi -q`` capture (at most one) gives the GPUs, indexed in capture
+order. NVLink status and topology are attached by GPU index; a GPU they name that the
+``-q`` capture lacks is added as a GPU with nothing else read, unless the ``-q`` capture
+is complete (its ``Attached GPUs`` equals the GPUs it lists), in which case the captures
+are from different nodes: ``CaptureError``. So is a UUID in an ``nvlink`` header that
+differs from the ``-q`` capture's. Without a ``-q`` capture the GPUs are those the other
+captures name. Readings no capture holds stay ``None`` (not read): the checks report them
+as ``probe.missing``, never as a fault. ``source`` is ``"replay:<file>,<file>,…"``.
+
+The parsing and merging (:func:`classify`, :func:`build_snapshot`) are pure; only
+:meth:`ReplayProbe.from_dir` touches the file system.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from slurm_ml.health.replay.errors import CaptureError
+from slurm_ml.health.replay.nvlink import (
+    NvLinkCounters,
+    merge_links,
+    parse_nvlink_capabilities,
+    parse_nvlink_counters,
+    parse_nvlink_status,
+)
+from slurm_ml.health.replay.smi_q import parse_smi_q
+from slurm_ml.health.replay.topo import parse_topo_matrix
+from slurm_ml.health.replay.xid import parse_xids
+from slurm_ml.health.snapshot import Gpu, NodeSnapshot, NvLink, XidEvent
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "CaptureKind",
+    "ReplayProbe",
+    "build_snapshot",
+    "classify",
+]
+
+CaptureKind = Literal[
+    "smi_q",
+    "topo",
+    "nvlink_status",
+    "nvlink_counters",
+    "nvlink_capabilities",
+    "kernel_log",
+    "blank",
+]
+
+#: A capture larger than this is refused (a runaway log, or not a capture at all).
+MAX_FILE_BYTES: Final = 64 * 1024 * 1024
+
+_SMI_BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$", re.MULTILINE)
+_SMI_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$",
+                      re.MULTILINE)
+_SMI_TOP = re.compile(r"^Attached GPUs +: ", re.MULTILINE)
+_KERNEL_EVENT = re.compile(r"NVRM: Xid \(|SXid \(")
+_TOPO_HEADER = re.compile(r"^[ \t]*GPU0[ \t]+(?:GPU1|NIC0|mlx\d+_\d+|CPU|NUMA)\b", re.MULTILINE)
+_NVLINK_HEADER = re.compile(r"^GPU (\d{1,4}): ?(.*?)\s*$", re.MULTILINE)
+_NVLINK_UUID = re.compile(r"^(.*?)\s*\(UUID: ?([^()]+)\)$")
+_NVLINK_STATUS = re.compile(
+    r"^\s*Link \d{1,3}: *(?:\d+(?:\.\d+)? *[GM]B/s|<inactive>)\s*$|all links are inactive",
+    re.MULTILINE,
+)
+_NVLINK_CAP = re.compile(r"^\s*Link \d{1,3}, [^:\n]+: *(?:true|false)\s*$",
+                         re.MULTILINE | re.IGNORECASE)
+_NVLINK_COUNTER = re.compile(r"^\s*Link \d{1,3}: *[^:\n]+: *\S+", re.MULTILINE)
+#: The start of a kernel-log line: ``[  12.3]``, ``[Sun Feb 23 …]`` (dmesg -T),
+#: ``kern  :warn  :`` (dmesg --decode), an ISO time (dmesg --time-format iso, journald),
+#: ``Feb 23 16:24:18 host kernel:`` (syslog), ``kernel:`` (journalctl -k -o cat).
+_KERNEL_LINE = re.compile(
+    r"^\s*(?:\[\s*\d+\.\d+\]|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) |kern\s*:|"
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}\S*\s|"
+    r"[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ kernel:|kernel:)"
+)
+#: Well-known outputs that are not captures ReplayProbe reads, for a better message.
+_NOT_READ: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|"),
+     "dcgmi diag output (run checks on nvidia-smi -q instead)"),
+    (re.compile(r"NVIDIA-SMI \d"), "the plain nvidia-smi table (capture nvidia-smi -q)"),
+    (re.compile(r"\[(?:INFO|ERROR|WARNING)\] \[tid \d+\]"),
+     "a Fabric Manager log (its NVSwitch errors are not read)"),
+)
+
+
+# ----------------------------------------------------------------------- classify
+
+
+def classify(text: str) -> CaptureKind | None:
+    """The kind of capture ``text`` is, None when it is none ReplayProbe reads."""
+    body = text.lstrip("\ufeff \t\r\n")
+    if not body.strip():
+        return "blank"
+    if body.startswith("<"):
+        return "smi_q"
+    if _KERNEL_EVENT.search(text):
+        return "kernel_log"
+    if _SMI_BANNER.search(text) or _SMI_GPU.search(text) or _SMI_TOP.search(text):
+        return "smi_q"
+    if _TOPO_HEADER.search(text):
+        return "topo"
+    if _NVLINK_HEADER.search(text):
+        if _NVLINK_STATUS.search(text):
+            return "nvlink_status"
+        if _NVLINK_CAP.search(text):
+            return "nvlink_capabilities"
+        if _NVLINK_COUNTER.search(text):
+            return "nvlink_counters"
+    lines = [line for line in text.splitlines() if line.strip()]
+    kernel = sum(1 for line in lines if _KERNEL_LINE.match(line))
+    if lines and 2 * kernel >= len(lines):
+        return "kernel_log"
+    return None
+
+
+def _unknown(name: str, text: str) -> CaptureError:
+    why = next((what for rx, what in _NOT_READ if rx.search(text)), None)
+    return CaptureError(
+        f"{name}: not a capture ReplayProbe reads"
+        + (f": {why}" if why else "")
+        + " (it reads nvidia-smi -q [-x], nvidia-smi topo -m, nvidia-smi nvlink -s/-e/-gt/-c "
+        "and kernel logs)"
+    )
+
+
+# ----------------------------------------------------------------------- merge
+
+
+@dataclass
+class _Parts:
+    smi: tuple[str, NodeSnapshot] | None = None
+    topo: tuple[str, dict[tuple[int, int], str], tuple[int, ...]] | None = None
+    status: dict[int, tuple[str, tuple[NvLink, ...]]] = field(default_factory=dict)
+    counters: dict[int, dict[int, tuple[str, NvLinkCounters]]] = field(default_factory=dict)
+    headers: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
+    xids: list[XidEvent] | None = None
+
+
+def _headers(name: str, text: str, parts: _Parts) -> None:
+    """GPU name and UUID from ``GPU n: <name> (UUID: GPU-…)`` headers of an nvlink file."""
+    for m in _NVLINK_HEADER.finditer(text):
+        index, rest = int(m.group(1)), m.group(2)
+        u = _NVLINK_UUID.match(rest)
+        gpu_name, uuid = (u.group(1) or None, u.group(2).strip()) if u else (rest or None, None)
+        seen = parts.headers.get(index)
+        if seen is not None and uuid is not None and seen[2] is not None and seen[2] != uuid:
+            raise CaptureError(f"{name}: GPU {index} has UUID {uuid}, but {seen[0]} says "
+                               f"{seen[2]}: captures of different nodes")
+        if seen is None or seen[2] is None:
+            parts.headers[index] = (name, gpu_name, uuid)
+
+
+def _add(name: str, text: str, kind: CaptureKind, parts: _Parts) -> None:
+    if kind == "smi_q":
+        if parts.smi is not None:
+            raise CaptureError(f"{name}: a second nvidia-smi -q capture beside "
+                               f"{parts.smi[0]}; one node's captures go in one directory")
+        parts.smi = (name, parse_smi_q(text))
+    elif kind == "topo":
+        matrix = parse_topo_matrix(text)
+        if matrix.kind != "connection":
+            return  # topo -p2p: P2P support, not the link layout the checks compare
+        if parts.topo is not None:
+            raise CaptureError(f"{name}: a second topo -m matrix beside {parts.topo[0]}")
+        indices = tuple(int(g.removeprefix("GPU")) for g in matrix.gpus)
+        parts.topo = (name, dict(matrix.links), indices)
+    elif kind == "nvlink_status":
+        _headers(name, text, parts)
+        for gpu, links in parse_nvlink_status(text).items():
+            seen = parts.status.get(gpu)
+            if seen is not None and seen[1] != links:
+                raise CaptureError(f"{name}: GPU {gpu}'s NVLink status differs from {seen[0]}'s")
+            parts.status[gpu] = (name, links)
+    elif kind == "nvlink_counters":
+        _headers(name, text, parts)
+        for gpu, per_link in parse_nvlink_counters(text).items():
+            mine = parts.counters.setdefault(gpu, {})
+            for k, c in per_link.items():
+                seen_c = mine.get(k)
+                if seen_c is None:
+                    mine[k] = (name, c)
+                    continue
+                merged = _merge_counters(seen_c[1], c)
+                if merged is None:
+                    raise CaptureError(f"{name}: GPU {gpu} link {k} counters differ from "
+                                       f"{seen_c[0]}'s")
+                mine[k] = (seen_c[0], merged)
+    elif kind == "nvlink_capabilities":
+        _headers(name, text, parts)
+        parse_nvlink_capabilities(text)  # validated; says nothing about health
+    elif kind == "kernel_log":
+        parts.xids = (parts.xids or []) + list(parse_xids(text))
+
+
+def _merge_counters(a: NvLinkCounters, b: NvLinkCounters) -> NvLinkCounters | None:
+    """One link's counters from two captures (``-e`` and ``-gt r``): fields set in both
+    must agree; None when they do not."""
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(NvLinkCounters):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "other":
+            both = set(x) & set(y)
+            if any(x[k] != y[k] for k in both):
+                return None
+            changes["other"] = {**x, **y}
+        elif x is None:
+            changes[f.name] = y
+        elif y is not None and x != y:
+            return None
+    return dataclasses.replace(a, **changes)  # type: ignore[arg-type]
+
+
+def _known_count(smi: NodeSnapshot | None) -> int | None:
+    """How many GPUs the ``-q`` capture says the node has; None without one."""
+    if smi is None:
+        return None
+    attached = smi.attached_gpus
+    if isinstance(attached, int) and not isinstance(attached, bool):
+        return max(attached, len(smi.gpus))
+    return len(smi.gpus)
+
+
+def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeSnapshot:
+    """Merge named captures (``(file name, text)``) into one snapshot. Pure."""
+    parts = _Parts()
+    names: list[str] = []
+    for name, text in captures:
+        kind = classify(text)
+        if kind is None:
+            raise _unknown(name, text)
+        try:
+            _add(name, text, kind, parts)
+        except CaptureError as exc:
+            msg = str(exc)
+            raise CaptureError(msg if msg.startswith(f"{name}:") else f"{name}: {msg}") from exc
+        names.append(name)
+
+    smi_name, smi = parts.smi if parts.smi is not None else ("", None)
+    known = _known_count(smi)
+    gpus: dict[int, Gpu] = {g.index: g for g in smi.gpus} if smi is not None else {}
+
+    def place(index: int, source: str) -> Gpu:
+        if index in gpus:
+            return gpus[index]
+        if smi is not None and known is not None and index >= known:
+            raise CaptureError(f"{source}: names GPU {index}, but {smi_name} shows {known} "
+                               f"GPU(s): captures of different nodes")
+        head = parts.headers.get(index)
+        gpus[index] = Gpu(index=index, name=head[1] if head else None,
+                          uuid=head[2] if head else None)
+        return gpus[index]
+
+    for index, (source, _, uuid) in sorted(parts.headers.items()):
+        gpu = place(index, source)
+        if uuid is not None and isinstance(gpu.uuid, str) and gpu.uuid != uuid:
+            raise CaptureError(f"{source}: GPU {index} has UUID {uuid}, but {smi_name} says "
+                               f"{gpu.uuid}: captures of different nodes or GPU order")
+    status = {gpu: links for gpu, (_, links) in parts.status.items()}
+    counters = {gpu: {k: c for k, (_, c) in per.items()} for gpu, per in parts.counters.items()}
+    for index, links in merge_links(status, counters).items():
+        gpus[index] = dataclasses.replace(place(index, parts.status[index][0]), nvlinks=links)
+    topology: dict[tuple[int, int], str] | None = None
+    if parts.topo is not None:
+        topo_name, topology, indices = parts.topo
+        for index in indices:
+            place(index, topo_name)
+
+    base = smi if smi is not None else NodeSnapshot(node=node, gpus=())
+    return dataclasses.replace(
+        base,
+        node=node,
+        gpus=tuple(gpus[i] for i in sorted(gpus)),
+        topology=topology,
+        xids=None if parts.xids is None else tuple(parts.xids),
+        source="replay:" + ",".join(names),
+    )
+
+
+# ----------------------------------------------------------------------- the probe
+
+
+_BUS = re.compile(r"^(?:PCI:)?(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})"
+                  r"(?:\.[0-7])?$")
+
+
+def _bus_key(bus: object) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of "00000000:9b:00.0" or "PCI:0000:9b:00" (an Xid line)."""
+    if not isinstance(bus, str):
+        return None
+    m = _BUS.match(bus.strip())
+    if m is None:
+        return None
+    return int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16)
+
+
+class ReplayProbe:
+    """A ``GpuProbe`` (``slurm_ml.health.probe``) over a fixed snapshot.
+
+    ``ReplayProbe(snapshot)`` replays a snapshot as given (tests, fakes, the dev
+    cluster's fault injection); ``ReplayProbe.from_dir(path)`` builds it from captures.
+    """
+
+    def __init__(self, snapshot: NodeSnapshot) -> None:
+        self._snap = snapshot
+
+    @property
+    def base(self) -> NodeSnapshot:
+        """The whole snapshot, as built or given."""
+        return self._snap
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | Path]) -> ReplayProbe:
+        """Read these files (in this order) into one snapshot."""
+        return cls(build_snapshot([(Path(p).name, _read(Path(p))) for p in paths]))
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> ReplayProbe:
+        """Read every capture in directory ``path`` (sorted by name); see the module doc."""
+        root = Path(path)
+        try:
+            entries = sorted(root.iterdir(), key=lambda p: p.name)
+        except OSError as exc:
+            raise CaptureError(f"{root}: cannot list the directory: {exc.strerror or exc}") from exc
+        files = [p for p in entries if not p.name.startswith(".") and not p.is_dir()]
+        if not files:
+            raise CaptureError(f"{root}: no capture files in the directory")
+        return cls.from_files(files)
+
+    def snapshot(self, node: str, gpus: Collection[int] | None = None) -> NodeSnapshot:
+        snap = dataclasses.replace(self._snap, node=node)
+        if gpus is None:
+            return snap
+        keep = set(gpus)
+        dropped = {k for g in snap.gpus if g.index not in keep
+                   if (k := _bus_key(g.pci_bus_id)) is not None}
+        attached = snap.attached_gpus
+        xids = snap.xids
+        if xids is not None:
+            xids = tuple(e for e in xids if _bus_key(e.pci_bus_id) not in dropped)
+        return dataclasses.replace(
+            snap,
+            gpus=tuple(g for g in snap.gpus if g.index in keep),
+            attached_gpus=len(snap.gpus) if attached is None else attached,
+            xids=xids,
+        )
+
+
+def _read(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise CaptureError(f"{path.name}: {size} bytes, over the {MAX_FILE_BYTES}-byte "
+                               f"limit for a capture")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CaptureError(f"{path.name}: cannot read: {exc.strerror or exc}") from exc
+    if b"\x00" in data:
+        raise CaptureError(f"{path.name}: binary data (a NUL byte), not a text capture")
+    return data.decode("utf-8", errors="replace")
