@@ -1,0 +1,186 @@
+"""Periodic health (``HealthCheckProgram``): full check, samples, drain or resume.
+
+Each run checks every GPU and records its findings, or one ``health.pass`` event
+(severity "pass") when nothing drains; the resume streak counts those passes. Then:
+
+* node drained with a reason slurm-ml owns: resume it once ``resume_after_passes``
+  runs in a row passed since slurm-ml's drain (audit ``drain``); audit ``resume`` with
+  the evidence. Drains slurm-ml does not own are never touched.
+* node not drained, a drain-severity finding, no job on it: drain through the breaker.
+  With jobs on it, the findings are recorded as ``drain_after_job`` (the job's epilog
+  re-checks and drains).
+
+Utilisation samples (for the daemon's zombie detection) are best effort: a GPU's
+processes map to a job through ``procs`` (cgroup / SLURM_JOB_ID); without ``procs`` the
+GPUs with processes are attributed only when exactly one job runs on the node. GPUs
+whose probe reading lacks utilisation or memory are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurm_ml.config import Config
+from slurm_ml.health.checks import Finding, Severity, Thresholds, check_node
+from slurm_ml.health.probe import GpuProbe
+from slurm_ml.health.snapshot import NodeSnapshot
+from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
+from slurm_ml.hooks.common import DEFAULT_THRESHOLDS, jobs_on_node, node_expectations
+from slurm_ml.hooks.deadline import take_snapshot
+from slurm_ml.hooks.history import PASS_CHECK, RESUME, last_drain_at, run_results
+from slurm_ml.hooks.procs import ProcessTable, job_of
+from slurm_ml.hooks.record import Recorder, finding_events, run_key
+from slurm_ml.hooks.stats import util_samples
+from slurm_ml.model import Job, Node
+from slurm_ml.policy.quarantine import may_resume, owned, pass_streak
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.protocol import Store
+from slurm_ml.store.records import AuditEntry, HealthEvent, derive_key
+
+__all__ = ["PeriodicOutcome", "run_periodic"]
+
+log = logging.getLogger(__name__)
+HOOK = "periodic"
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicOutcome:
+    """``action``: skipped | pass | recorded | deferred (drain findings, jobs running) |
+    drained | refused | drain_failed | resumed | resume_failed | held (owned drain, not
+    enough passes yet) | foreign_drain (drained by someone else: untouched)."""
+
+    node: str
+    action: str
+    message: str
+    passed: bool = False
+    findings: tuple[Finding, ...] = ()
+    streak: int | None = None
+    drain: DrainAction | None = None
+    samples_recorded: int = 0
+    store_errors: tuple[str, ...] = ()
+
+
+def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
+                 store: Store, now: datetime, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                 procs: ProcessTable | None = None, probe_timeout_s: float = 30.0,
+                 xid_since: float | None = None) -> PeriodicOutcome:
+    """One periodic check of ``node``; see the module doc."""
+    known = node_expectations(cfg, node)
+    if known is None:
+        return PeriodicOutcome(node, "skipped", f"{node} is in no slurm-ml node class")
+    snap, failure = take_snapshot(probe, node, None, probe_timeout_s)
+    findings = (check_node(snap, known[1], thresholds, xid_since=xid_since)
+                if snap is not None else [failure] if failure is not None else [])
+    passed = snap is not None and not any(f.severity.drains for f in findings)
+    me, jobs = _slurm_view(slurm, node)
+    busy = jobs is None or bool(jobs)
+    defer = busy and (me is None or not me.drained)
+    rec = Recorder(store)
+    run = run_key(HOOK, node, None, now)
+    rec.write_all(finding_events(findings, hook=HOOK, node=node, run=run, job_id=None, now=now,
+                                 severity=_deferred if defer else None))
+    if passed:
+        rec.write(_pass_event(node, run, now, len(findings), snap))
+    samples = rec.write_all(util_samples(snap, _gpu_jobs(snap, jobs, procs), now=now)
+                            ) if snap is not None and jobs else 0
+
+    def done(action: str, message: str, streak: int | None = None,
+             drain: DrainAction | None = None) -> PeriodicOutcome:
+        return PeriodicOutcome(node, action, message, passed, tuple(findings), streak, drain,
+                               samples, tuple(rec.errors))
+
+    verdict = "pass" if passed else f"{len(findings)} finding(s)"
+    if me is not None and me.drained:
+        if not owned(me.reason):
+            return done("foreign_drain", f"{node}: {verdict}; drained by someone else "
+                                         f"({me.reason!r}), not touched")
+        return done(*_maybe_resume(me, passed, run, cfg=cfg, slurm=slurm, rec=rec, now=now))
+    if not any(f.severity.drains for f in findings):
+        return done("pass" if passed else "recorded", f"{node}: {verdict}")
+    if defer:
+        return done("deferred", f"{node}: {verdict}; jobs running, the epilog drains")
+    act = drain_via_breaker(node, findings, cfg=cfg, slurm=slurm, rec=rec, now=now, hook=HOOK,
+                            nodes=[me] if me is not None else None)
+    action = "drain_failed" if act.outcome == "failed" else act.outcome
+    return done(action, f"{node}: {act.reason} -> {action} ({act.explanation})", drain=act)
+
+
+def _deferred(f: Finding) -> str:
+    return Severity.DRAIN_AFTER_JOB.value if f.severity is Severity.DRAIN_NOW else f.severity.value
+
+
+def _pass_event(node: str, run: str, now: datetime, flags: int,
+                snap: NodeSnapshot | None) -> HealthEvent:
+    gpus = 0 if snap is None else len(snap.gpus)
+    return HealthEvent(
+        idempotency_key=derive_key("health_event", run, node, PASS_CHECK, None, 0), node=node,
+        check_id=PASS_CHECK, severity="pass", observed_at=now,
+        message=f"{node}: every health check passed on {gpus} GPU(s) ({flags} flag(s))",
+        details={"hook": HOOK, "run": run, "gpus": gpus, "flags": flags})
+
+
+def _slurm_view(slurm: SlurmClient, node: str) -> tuple[Node | None, list[Job] | None]:
+    """This node as Slurm shows it and the jobs on it; None for what Slurm did not say."""
+    me = jobs = None
+    try:
+        me = next((n for n in slurm.list_nodes() if n.name == node), None)
+    except SlurmError as exc:
+        log.warning("cannot list nodes: %s", exc)
+    try:
+        jobs = jobs_on_node(slurm, node)
+    except SlurmError as exc:
+        log.warning("cannot list the jobs on %s: %s", node, exc)
+    return me, jobs
+
+
+def _gpu_jobs(snap: NodeSnapshot, jobs: Sequence[Job] | None,
+              procs: ProcessTable | None) -> dict[int, int]:
+    """GPU index → the job running on it (see the module doc)."""
+    running = {j.job_id for j in jobs or ()}
+    out: dict[int, int] = {}
+    for g in snap.gpus:
+        owners: set[int] = set()
+        for p in g.processes or ():
+            if procs is not None:
+                job = job_of(procs, p.pid)
+                owners.update(() if job is None else (job,))
+            elif len(running) == 1:
+                owners.add(next(iter(running)))
+        owners &= running
+        if len(owners) == 1:
+            out[g.index] = owners.pop()
+    return out
+
+
+def _maybe_resume(me: Node, passed: bool, run: str, *, cfg: Config, slurm: SlurmClient,
+                  rec: Recorder, now: datetime) -> tuple[str, str, int | None]:
+    """An owned drain: resume after enough passes since slurm-ml drained it; (action,
+    message, streak)."""
+    node, need = me.name, cfg.policy.quarantine.resume_after_passes
+    entries = rec.read("audit log", lambda s: s.audit_entries())
+    drained_at = None if entries is None else last_drain_at(entries, node)
+    if drained_at is None:
+        why = "store unreadable" if entries is None else "no slurm-ml drain in the audit log"
+        return "held", f"{node}: owned drain but {why}; not resuming", None
+    events = rec.read("health events",
+                      lambda s: s.recent_health_events(node, since=drained_at, limit=10_000))
+    if events is None:
+        return "held", f"{node}: health history unreadable; not resuming", None
+    results = [*run_results(events, exclude_run=run), passed]
+    streak = pass_streak(results)
+    if not may_resume(me.reason, results, cfg.policy.quarantine):
+        return "held", f"{node}: {streak}/{need} passes since the drain", streak
+    try:
+        slurm.resume_node(node)
+    except SlurmError as exc:
+        return "resume_failed", f"{node}: resume failed: {exc}", streak
+    rec.write(AuditEntry(
+        idempotency_key=derive_key("audit.resume", node, now), actor=f"slurm-ml/{HOOK}",
+        action=RESUME, target=node, at=now,
+        details={"reason": me.reason, "drained_at": drained_at.isoformat(), "streak": streak,
+                 "required": need, "results": results[-max(need, streak):]}))
+    return "resumed", f"{node}: resumed after {streak} passes ({me.reason})", streak

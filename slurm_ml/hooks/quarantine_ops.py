@@ -1,0 +1,156 @@
+"""Operator views and actions on quarantine, for ``slurm-ml quarantine list|resume|reset``.
+
+``list_quarantine``: slurm-ml's drains (with their pass streak) and the open breaker
+alarms, as plain data (``to_json``). ``resume_node``: lift a drain (only an owned one
+unless ``force``), audited as the operator. ``reset_breaker``: close a class's alarm
+(audit ``breaker.reset``), so that slurm-ml drains in that class again.
+
+Slurm errors propagate (the CLI reports them); a store that cannot be read shrinks the
+view (``store_ok`` False), a store write that fails propagates: an operator action that
+is not in the audit log must not look done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from slurm_ml.config import Config
+from slurm_ml.hooks.history import (
+    RESET,
+    RESUME,
+    last_drain_at,
+    open_alarms,
+    owned_drained,
+    run_results,
+)
+from slurm_ml.hooks.record import Recorder
+from slurm_ml.model import Node
+from slurm_ml.policy.quarantine import Alarm, owned, pass_streak
+from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.protocol import Store
+from slurm_ml.store.records import AuditEntry, derive_key
+
+__all__ = [
+    "OwnedDrain",
+    "QuarantineError",
+    "QuarantineView",
+    "ResetResult",
+    "ResumeResult",
+    "list_quarantine",
+    "reset_breaker",
+    "resume_node",
+]
+
+
+class QuarantineError(ValueError):
+    """An operator action that was refused; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedDrain:
+    node: str
+    node_class: str | None
+    reason: str
+    drained_at: datetime | None  # slurm-ml's last drain of it per the audit log
+    streak: int | None  # passing checks in a row since then; None: unknown
+    needed: int  # passes that resume it
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineView:
+    drains: tuple[OwnedDrain, ...]
+    alarms: tuple[Alarm, ...]
+    store_ok: bool
+    errors: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        def when(at: datetime | None) -> str | None:
+            return None if at is None else at.isoformat()
+
+        return {
+            "drains": [{"node": d.node, "node_class": d.node_class, "reason": d.reason,
+                        "drained_at": when(d.drained_at), "streak": d.streak,
+                        "needed": d.needed} for d in self.drains],
+            "alarms": [{"node_class": a.node_class, "at": when(a.at),
+                        "drained": list(a.drained), "refused": a.refused}
+                       for a in self.alarms],
+            "store_ok": self.store_ok, "errors": list(self.errors)}
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    node: str
+    previous_reason: str
+    forced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    node_class: str
+    cleared: int | None  # alarms the reset closed; None when the store could not be read
+
+
+def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store) -> QuarantineView:
+    """slurm-ml's drains now (per Slurm) and the open alarms (per the audit log)."""
+    rec = Recorder(store)
+    nodes = owned_drained(slurm.list_nodes())
+    entries = rec.read("audit log", lambda s: s.audit_entries())
+    need = cfg.policy.quarantine.resume_after_passes
+    drains = []
+    for n in sorted(nodes, key=lambda n: n.name):
+        cls = cfg.node_class_of(n.name)
+        at = None if entries is None else last_drain_at(entries, n.name)
+        streak = None if at is None else _streak(rec, n.name, at)
+        drains.append(OwnedDrain(n.name, None if cls is None else cls.name, n.reason, at,
+                                 streak, need))
+    alarms = tuple(open_alarms(entries or []))
+    return QuarantineView(tuple(drains), alarms, entries is not None, tuple(rec.errors))
+
+
+def _streak(rec: Recorder, node: str, since: datetime) -> int | None:
+    events = rec.read("health events",
+                      lambda s: s.recent_health_events(node, since=since, limit=10_000))
+    return None if events is None else pass_streak(run_results(events))
+
+
+def _find(slurm: SlurmClient, node: str) -> Node:
+    for n in slurm.list_nodes():
+        if n.name == node:
+            return n
+    raise QuarantineError(f"no node {node} in Slurm")
+
+
+def resume_node(node: str, *, slurm: SlurmClient, store: Store, now: datetime,
+                actor: str = "operator", force: bool = False) -> ResumeResult:
+    """Resume ``node``: only a drain slurm-ml owns, unless ``force``; audited."""
+    n = _find(slurm, node)
+    if not n.drained:
+        raise QuarantineError(f"{node} is not drained (state {n.state})")
+    mine = owned(n.reason)
+    if not mine and not force:
+        raise QuarantineError(f"{node} was drained by someone else ({n.reason!r}); slurm-ml "
+                              f"resumes only its own drains. Use --force to resume anyway.")
+    slurm.resume_node(node)
+    store.audit(AuditEntry(
+        idempotency_key=derive_key("audit.resume", node, actor, now), actor=actor,
+        action=RESUME, target=node, at=now,
+        details={"reason": n.reason, "owned": mine, "forced": force and not mine}))
+    return ResumeResult(node, n.reason, force and not mine)
+
+
+def reset_breaker(node_class: str, *, cfg: Config, store: Store, now: datetime,
+                  actor: str = "operator") -> ResetResult:
+    """Close the breaker alarm(s) of ``node_class`` (audit ``breaker.reset``)."""
+    if node_class not in {c.name for c in cfg.node_classes}:
+        known = ", ".join(sorted(c.name for c in cfg.node_classes))
+        raise QuarantineError(f"no node class {node_class!r} (known: {known})")
+    entries = Recorder(store).read("audit log", lambda s: s.audit_entries())
+    cleared = None if entries is None else sum(
+        1 for a in open_alarms(entries) if a.node_class == node_class)
+    store.audit(AuditEntry(
+        idempotency_key=derive_key("audit.breaker.reset", node_class, actor, now),
+        actor=actor, action=RESET, target=node_class, at=now,
+        details={"open_alarms": cleared}))
+    return ResetResult(node_class, cleared)
