@@ -149,6 +149,239 @@ def health_check(capture_dir: str, node: str | None, node_class: str | None,
     sys.exit(report.exit_code)
 
 
+def _hook_opts(f: Any) -> Any:
+    f = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")(f)
+    f = click.option("--dsn", default=None,
+                     help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn; none: "
+                          "records only spool).")(f)
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                        default=None,
+                        help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then "
+                             "conf/slurm-ml.yaml).")(f)
+
+
+def _open_db(dsn: str, connect_timeout_s: float) -> Any:
+    from slurm_ml.store.postgres import PostgresStore
+
+    return PostgresStore(dsn, connect_timeout_s=connect_timeout_s)
+
+
+def _hook_settings(config_path: str | None, dsn: str | None) -> Any:
+    from slurm_ml.hooks.wiring import HookSettings
+
+    return HookSettings.from_env(os.environ, default_config=DEFAULT_CONFIG,
+                                 config=config_path, dsn=dsn)
+
+
+def _hook(name: str, config_path: str | None, dsn: str | None, as_json: bool, *,
+          run: Any, fallback_code: int) -> NoReturn:
+    """Run a Slurm hook: a broken config or an unexpected error exits ``fallback_code``
+    (never a code that makes Slurm drain the node on slurm-ml's behalf)."""
+    from slurm_ml.config import ConfigError
+    from slurm_ml.hooks import wiring
+
+    settings = _hook_settings(config_path, dsn)
+    try:
+        cfg = wiring.load(settings)
+    except ConfigError as exc:
+        click.echo(f"slurm-ml {name}: not run: invalid configuration "
+                   f"{settings.config_path}:\n{exc}", err=True)
+        sys.exit(fallback_code)
+    b = wiring.connect(settings, cfg, open_db=_open_db)
+    try:
+        outcome = run(b)
+    except Exception:  # a bug in slurm-ml must not take the node out of service
+        logging.getLogger("slurm_ml.cli").exception("slurm-ml %s failed", name)
+        sys.exit(fallback_code)
+    finally:
+        b.close()
+    _emit(wiring.outcome_json(outcome), as_json,
+          f"slurm-ml {name}: {outcome.action}: {outcome.message}")
+    sys.exit(getattr(outcome, "exit_code", EXIT_OK))
+
+
+@health.command("prolog")
+@_hook_opts
+def health_prolog(config_path: str | None, dsn: str | None, as_json: bool) -> None:
+    """Slurm Prolog: check the job's GPUs before it starts (reads Slurm's environment).
+
+    On a drain-now finding the node is drained (reason `slurm-ml: <check> gpu<N> ...`,
+    through the circuit breaker) and the job is requeued elsewhere.
+
+    Exit codes: 0 the job may start (also whenever slurm-ml did not take the node out of
+    service, e.g. a bad config or the breaker refused the drain); 1 the node is out of
+    service: Slurm requeues the job.
+    """
+    from slurm_ml.hooks import wiring
+
+    env = dict(os.environ)
+    _hook("prolog", config_path, dsn, as_json, run=lambda b: wiring.prolog(env, b),
+          fallback_code=EXIT_OK)
+
+
+@health.command("epilog")
+@_hook_opts
+def health_epilog(config_path: str | None, dsn: str | None, as_json: bool) -> None:
+    """Slurm Epilog: kill the job's leftover GPU processes, clean /dev/shm, record the
+    job's GPU stats, re-check its GPUs (reads Slurm's environment).
+
+    Always exits 0: a failing epilog makes Slurm drain the node itself, past the circuit
+    breaker; every drain slurm-ml wants it makes explicitly.
+    """
+    from slurm_ml.hooks import wiring
+
+    env = dict(os.environ)
+    _hook("epilog", config_path, dsn, as_json, run=lambda b: wiring.epilog(env, b),
+          fallback_code=EXIT_OK)
+
+
+@health.command("periodic")
+@click.option("--node", default=None,
+              help="Node to check (default $SLURMD_NODENAME, then the short host name).")
+@_hook_opts
+def health_periodic(node: str | None, config_path: str | None, dsn: str | None,
+                    as_json: bool) -> None:
+    """Full health check of this node, for Slurm's HealthCheckProgram.
+
+    Drains the node (through the circuit breaker) on a drain finding when it is idle,
+    resumes a drain slurm-ml owns after policy.quarantine.resume_after_passes clean runs
+    in a row, never touches anyone else's drain, and records per-job GPU utilisation.
+
+    Exit codes: 0 it ran (whatever it found); 1 it could not run at all (bad config).
+    """
+    import socket
+
+    from slurm_ml.hooks import wiring
+
+    target = node or wiring.default_node(os.environ, socket.gethostname())
+    _hook("periodic", config_path, dsn, as_json, run=lambda b: wiring.periodic(target, b),
+          fallback_code=EXIT_FAILED)
+
+
+# --------------------------------------------------------------- quarantine
+@main.group()
+def quarantine() -> None:
+    """slurm-ml's node drains and the per-class circuit breaker."""
+
+
+def _operator_boundaries(config_path: str | None, dsn: str | None) -> Any:
+    from slurm_ml.hooks import wiring
+
+    settings = _hook_settings(config_path, dsn)
+    return wiring.connect(settings, _load_config(settings.config_path), open_db=_open_db)
+
+
+def _operator_errors() -> tuple[type[Exception], ...]:
+    from slurm_ml.hooks.quarantine_ops import QuarantineError
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.store.errors import StoreError
+
+    return (QuarantineError, SlurmError, StoreError)
+
+
+def _actor() -> str:
+    import getpass
+
+    from slurm_ml.hooks import wiring
+
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):
+        login = ""
+    return wiring.operator(os.environ, login)
+
+
+@quarantine.command("list")
+@_hook_opts
+def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> None:
+    """slurm-ml's drains (with their clean-check streak) and open breaker alarms.
+
+    Exit codes: 0 ok; 1 Slurm or the database could not be read (what could be read is
+    still printed); 2 bad config.
+    """
+    from slurm_ml.hooks import wiring
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        view = wiring.quarantine_list(b)
+    except _operator_errors() as exc:
+        _fail(str(exc))
+    finally:
+        b.close()
+    lines = []
+    for d in view.drains:
+        streak = "?" if d.streak is None else str(d.streak)
+        lines.append(f"drained  {d.node:<8} {d.node_class or '-':<10} {streak}/{d.needed} "
+                     f"clean checks  {d.reason}")
+    for a in view.alarms:
+        lines.append(f"ALARM    {a.node_class}: breaker tripped at {a.at.isoformat()} "
+                     f"refusing {a.refused} (drained: {', '.join(a.drained) or '-'}); "
+                     f"`slurm-ml quarantine reset {a.node_class}` re-arms it")
+    if not lines:
+        lines.append("no slurm-ml drains, no breaker alarms")
+    _emit(view.to_json(), as_json, "\n".join(lines))
+    if not view.store_ok:
+        click.echo("slurm-ml: error: the database could not be read: alarms and streaks "
+                   "are unknown (" + "; ".join(view.errors) + ")", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@quarantine.command("resume")
+@click.argument("node")
+@click.option("--force", is_flag=True, help="Also lift a drain slurm-ml does not own.")
+@_hook_opts
+def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str | None,
+                      as_json: bool) -> None:
+    """Resume NODE now (audited). Only a drain slurm-ml owns, unless --force.
+
+    Exit codes: 0 resumed; 1 refused (not drained, drained by someone else) or failed;
+    2 no such node or bad config.
+    """
+    from slurm_ml.hooks import wiring
+    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        result = wiring.quarantine_resume(node, b, actor=_actor(), force=force)
+    except UnknownTarget as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except _operator_errors() as exc:
+        _fail(str(exc))
+    finally:
+        b.close()
+    _emit(wiring.outcome_json(result), as_json,
+          f"resumed {result.node} (was: {result.previous_reason})"
+          + (" [forced]" if result.forced else ""))
+
+
+@quarantine.command("reset")
+@click.argument("node_class", metavar="CLASS")
+@_hook_opts
+def quarantine_reset(node_class: str, config_path: str | None, dsn: str | None,
+                     as_json: bool) -> None:
+    """Close the circuit-breaker alarm of node class CLASS (audited), so that slurm-ml
+    drains there again.
+
+    Exit codes: 0 reset; 1 the audit entry could not be written; 2 no such class or bad
+    config.
+    """
+    from slurm_ml.hooks import wiring
+    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        result = wiring.quarantine_reset(node_class, b, actor=_actor())
+    except UnknownTarget as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except _operator_errors() as exc:
+        _fail(str(exc))
+    finally:
+        b.close()
+    cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
+    _emit(wiring.outcome_json(result), as_json,
+          f"reset {result.node_class}: {cleared} open alarm(s) closed")
+
+
 # --------------------------------------------------------------- devcluster
 @main.group()
 def devcluster() -> None:
@@ -241,11 +474,52 @@ def devcluster_status(state_dir: str | None, config_path: str | None, as_json: b
             flags = "+".join(n["flags"])
             state = n["state"] + (f"+{flags}" if flags else "")
             reason = f"  reason: {n['reason']}" if n["reason"] else ""
+            fault = st["health"].get(n["name"], {}).get("fault")
+            injected = f"  fault: {','.join(fault)}" if fault else ""
             click.echo(f"  {n['name']:<8} {state:<18} {n['gres']:<22} "
-                       f"{','.join(n['features'])}{reason}")
+                       f"{','.join(n['features'])}{reason}{injected}")
         for u in st["users"]:
             click.echo(f"  user {u['user']:<8} accounts {','.join(u['accounts'])}")
     sys.exit(EXIT_OK if st["up"] else EXIT_NOT_READY)
+
+
+@devcluster.command("fault")
+@click.argument("node")
+@click.argument("capture", required=False)
+@click.option("--clear", is_flag=True, help="Restore the node's healthy captures.")
+@_state_opt
+@click.option("--json", "as_json", is_flag=True)
+def devcluster_fault(node: str, capture: str | None, *, clear: bool, state_dir: str | None,
+                     config_path: str | None, as_json: bool) -> None:
+    """Inject a fault on dev node NODE: CAPTURE (a path, or a file of the data kit under
+    ../shared/data/gpu, e.g. azhc_a100_gpu6_nvlink_status_all_inactive.txt) replaces the
+    node's replayed capture of the same kind. --clear restores the healthy ones.
+
+    The next prolog or periodic check on NODE sees it. Exit codes: 0 done; 2 unknown
+    node, unknown or unusable capture.
+    """
+    from slurm_ml.devcluster import health as node_health
+    from slurm_ml.devcluster.platform import DevClusterError
+
+    if clear == (capture is not None):
+        _fail("give either CAPTURE or --clear", EXIT_BAD_INPUT)
+    cluster = _cluster(state_dir, config_path)
+    try:
+        if clear:
+            result = node_health.clear_fault(cluster.cfg, cluster.layout, node)
+        else:
+            assert capture is not None
+            result = node_health.inject_fault(cluster.cfg, cluster.layout, node, capture)
+    except (DevClusterError, OSError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    if clear:
+        human = (f"{node}: healthy captures restored ({', '.join(result.files)}); "
+                 f"the checks say: {result.verdict}")
+    else:
+        replaced = f" (replaced {', '.join(result.replaced)})" if result.replaced else ""
+        human = (f"{node}: now replays {', '.join(result.files)}{replaced}\n"
+                 f"the checks say: {result.verdict}")
+    _emit(result.as_dict(), as_json, human)
 
 
 @devcluster.command("env")
@@ -265,7 +539,14 @@ def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
     """Run a small GPU workload as the researcher users and show the result."""
-    from slurm_ml.devcluster.demo import cancel_cases, run_admission_cases, run_demo
+    from dataclasses import asdict
+
+    from slurm_ml.devcluster.demo import (
+        cancel_cases,
+        run_admission_cases,
+        run_demo,
+        run_health_demo,
+    )
     from slurm_ml.slurm.client import CliSlurm
     from slurm_ml.slurm.parse import parse_oneliner
 
@@ -289,13 +570,17 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         sinfo = run(["sinfo", "-N", "-p", default, "-o", "%N %T %G %f"])
         sacct = run(["sacct", "-X", "-a", "-j", ",".join(str(j.job_id) for j in jobs),
                      "-o", "JobID,JobName%28,User,Account%14,QOS,State,AllocTRES%60"])
+        env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(cluster.config_path)}
+        health_steps = run_health_demo(cluster.cfg, cluster.layout, env, say)
     except _devcluster_errors() as exc:
         _fail(str(exc))
     status = cluster.status()
     if as_json:
-        click.echo(json.dumps({"admission": [dict(c.__dict__, job=shown.get(c.job_id or 0))
+        click.echo(json.dumps({"admission": [dict(asdict(c), job=shown.get(c.job_id or 0))
                                              for c in cases],
-                               "jobs": [j.__dict__ for j in jobs], "status": status},
+                               "jobs": [asdict(j) for j in jobs],
+                               "health": [asdict(st) for st in health_steps],
+                               "status": status},
                               indent=2, default=str))
         return
     click.echo("\n== admission: plain sbatch lines, rewritten or rejected by slurm-ml ==")
@@ -309,6 +594,12 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
                 click.echo(f"    {key}={value}")
     click.echo("\n== nodes (sinfo) ==\n" + sinfo)
     click.echo("== sample jobs (sacct) ==\n" + sacct)
+    click.echo("== node health: a GPU fault caught by the prolog, then repaired ==")
+    for n, st in enumerate(health_steps, 1):
+        click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
+        for line in st.output.splitlines():
+            click.echo(f"  | {line}")
+    click.echo("")
     daemons = ", ".join(f"{k}={'up' if v['running'] else 'DOWN'}"
                         for k, v in status["processes"].items() if not k.startswith("slurmd-"))
     click.echo(f"daemons: {daemons}")

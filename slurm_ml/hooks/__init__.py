@@ -2,9 +2,10 @@
 operator's quarantine actions.
 
 Every boundary comes in as an argument (``GpuProbe``, ``SlurmClient``, ``Store``,
-``ProcessTable``, the clock ``now``); the CLI builds the real ones: a SlurmClient with a
-short timeout (~5 s), a ``SpoolingStore`` over PostgreSQL with a short connect timeout,
-``NvmlProbe`` (or ``ReplayProbe`` on the dev cluster) and ``ProcFs``.
+``ProcessTable``, the clock ``now``); ``hooks.wiring`` builds the real ones for the CLI: a
+SlurmClient with a short timeout (5 s), a ``SpoolingStore`` over PostgreSQL with a short
+connect timeout (the CLI hands in the database opener), ``NvmlProbe`` (or ``ReplayProbe``
+on the dev cluster) and ``ProcFs``.
 """
 
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker

@@ -38,6 +38,7 @@ __all__ = [
     "QuarantineView",
     "ResetResult",
     "ResumeResult",
+    "UnknownTarget",
     "list_quarantine",
     "reset_breaker",
     "resume_node",
@@ -46,6 +47,10 @@ __all__ = [
 
 class QuarantineError(ValueError):
     """An operator action that was refused; the message says why and what to do."""
+
+
+class UnknownTarget(QuarantineError):
+    """The node or node class named does not exist (bad input, not a refusal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +124,7 @@ def _find(slurm: SlurmClient, node: str) -> Node:
     for n in slurm.list_nodes():
         if n.name == node:
             return n
-    raise QuarantineError(f"no node {node} in Slurm")
+    raise UnknownTarget(f"no node {node} in Slurm")
 
 
 def resume_node(node: str, *, slurm: SlurmClient, store: Store, now: datetime,
@@ -145,7 +150,7 @@ def reset_breaker(node_class: str, *, cfg: Config, store: Store, now: datetime,
     """Close the breaker alarm(s) of ``node_class`` (audit ``breaker.reset``)."""
     if node_class not in {c.name for c in cfg.node_classes}:
         known = ", ".join(sorted(c.name for c in cfg.node_classes))
-        raise QuarantineError(f"no node class {node_class!r} (known: {known})")
+        raise UnknownTarget(f"no node class {node_class!r} (known: {known})")
     entries = Recorder(store).read("audit log", lambda s: s.audit_entries())
     cleared = None if entries is None else sum(
         1 for a in open_alarms(entries) if a.node_class == node_class)

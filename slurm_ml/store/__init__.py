@@ -15,6 +15,7 @@ from slurm_ml.store.errors import (
 )
 from slurm_ml.store.fake import FakeStore
 from slurm_ml.store.migrate import MIGRATION_LOCK_KEY, Migration, load_migrations, migrate
+from slurm_ml.store.offline import OfflineStore
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.protocol import Store, WriteOutcome, write_record
 from slurm_ml.store.records import (
@@ -44,6 +45,7 @@ __all__ = [
     "JobGpuStats",
     "Migration",
     "MigrationError",
+    "OfflineStore",
     "PostgresStore",
     "Record",
     "Spool",
