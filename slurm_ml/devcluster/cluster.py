@@ -27,6 +27,7 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_ml import proc
 from slurm_ml.config import Config
 from slurm_ml.devcluster import daemons, platform
+from slurm_ml.devcluster import health as node_health
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.slurm import accounts, render
 from slurm_ml.slurm.client import CliSlurm
@@ -40,6 +41,13 @@ PG_USER = "slurmml"
 PG_DB = "slurmml"
 MYSQL_USER = "slurm"
 MYSQL_DB = "slurm_acct_db"
+REPO = Path(__file__).resolve().parents[2]
+PROLOG = REPO / "prolog" / "slurm-ml-prolog"
+EPILOG = REPO / "epilog" / "slurm-ml-epilog"
+#: AuthInfo cred_expire: a job requeued after a failed prolog may start again only after
+#: this + 1 s (Slurm's default 120 s would make every health demo wait two minutes). It
+#: must still exceed a prolog's worst case (slurm.conf: "long enough to ... run prolog").
+CRED_EXPIRE_S = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +87,11 @@ class DevCluster:
             "SLURM_ML_DEVCLUSTER": str(self.layout.root),
             "SLURM_ML_SPOOL_DIR": str(self.layout.spool),
             "SLURM_ML_SUBMITD_SOCKET": str(self.layout.submitd_socket),
+            # What `slurm-ml health periodic|prolog|epilog` run by hand need on a dev node.
+            "SLURM_ML_REPLAY_DIR": str(self.layout.health),
+            "SLURM_ML_FAKE_GPU_DIR": str(self.layout.dev),
+            "SLURM_ML_STATE_DIR": str(self.layout.hook_state),
+            "SLURM_ML_SHM_DIR": str(self.layout.shm / "%n"),
         }
 
     def _secrets(self) -> Secrets:
@@ -104,6 +117,7 @@ class DevCluster:
             ("state directory", self._dirs),
             ("researcher users", self._users),
             ("fake GPU devices", self._gpu_devices),
+            ("node health replay (GPU captures per node)", self._health),
             ("Slurm configuration", self._render),
             ("munge", self._munge),
             ("MariaDB", self._mariadb),
@@ -131,7 +145,8 @@ class DevCluster:
 
     def _dirs(self) -> None:
         L = self.layout
-        for d in (L.etc, L.run, L.log, L.dev, L.munge, L.root / "ctld", L.root / "slurmd", L.spool):
+        for d in (L.etc, L.run, L.log, L.dev, L.munge, L.root / "ctld", L.root / "slurmd", L.spool,
+                  L.health, L.hook_state, L.shm):
             d.mkdir(parents=True, exist_ok=True)
         for node in self.nodes():
             (L.root / "slurmd" / node).mkdir(exist_ok=True)
@@ -158,6 +173,21 @@ class DevCluster:
             # Character devices aliasing /dev/null: slurmd rejects regular files.
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
 
+    def _health(self) -> None:
+        """Healthy captures for every node without an injected fault, per-node /dev/shm
+        stand-ins, and the env file the Prolog/Epilog wrappers read."""
+        try:
+            kept = node_health.sync_healthy(self.cfg, self.layout)
+        except platform.DevClusterError as exc:  # no data kit: checks flag probe.failed
+            self.say(f"      warning: {exc}; the node health checks will find no captures")
+            kept = []
+        if kept:
+            self.say(f"      injected faults kept on {', '.join(kept)} "
+                     f"(`slurm-ml devcluster fault NODE --clear` removes them)")
+        config = self.config_path or REPO / "conf" / "slurm-ml.yaml"
+        node_health.write_hook_env(self.layout, node_health.hook_env(
+            self.layout, python=sys.executable, config_path=config, dsn=self.dsn()))
+
     def site(self) -> render.SiteParams:
         L, P = self.layout, self.layout.ports
         return render.SiteParams(
@@ -166,7 +196,8 @@ class DevCluster:
             run_dir=str(L.run),
             log_dir=str(L.log),
             gpu_dev_dir=str(L.dev),
-            auth_info=f"socket={L.munge_socket}",  # explicit, for the daemons
+            # explicit socket, for the daemons; cred_expire: see CRED_EXPIRE_S
+            auth_info=f"socket={L.munge_socket},cred_expire={CRED_EXPIRE_S}",
             slurm_user="root",
             slurmctld_port=P.slurmctld,
             slurmd_port=P.slurmd,
@@ -181,6 +212,12 @@ class DevCluster:
             header=f"Dev cluster in {L.root}; re-rendered by `slurm-ml devcluster up`.",
             job_submit_plugins="lua",
             submitd_socket=str(L.submitd_socket),
+            prolog=str(PROLOG),
+            epilog=str(EPILOG),
+            prolog_epilog_timeout_s=60,  # above the wrappers' own limit (HOOK_TIMEOUT_S)
+            # A job requeued after a failed prolog is started by backfill once eligible:
+            # look every 5 s, not 30 (demo and tests wait for it).
+            scheduler_extra="bf_interval=5",
         )
 
     def _render(self) -> None:
@@ -478,6 +515,7 @@ class DevCluster:
         return {
             "state_dir": str(L.root),
             "up": all(p["running"] for p in procs.values()),
+            "health": node_health.node_health(self.cfg, L),
             "processes": procs,
             "nodes": nodes,
             "slurm_error": slurm_error,

@@ -1,15 +1,20 @@
-"""A small sample workload, submitted as the researcher users, for ``make demo``."""
+"""``make demo``: sample sbatch lines through admission, a small workload submitted as the
+researcher users, and a node-health fault caught by the prolog and repaired."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurm_ml import proc
 from slurm_ml.config import Config
+from slurm_ml.devcluster.health import clear_fault, inject_fault
+from slurm_ml.devcluster.layout import Layout
 from slurm_ml.model import JobState
 from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.slurm.protocol import SubmitRequest
 
 FINISHED = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
@@ -99,6 +104,109 @@ def run_admission_cases(workdir: str, env: dict[str, str],
         say(f"{label}: sbatch {' '.join(args)} (as {user}) -> "
             f"{'job ' + str(job_id) if job_id else 'rejected'}")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class HealthStep:
+    """One step of the node-health demo: what was done (a command) and what it printed."""
+
+    title: str
+    command: str
+    output: str
+
+
+#: The fault the health demo injects: an A100 whose GPU 6 has every NVLink down (Azure HPC
+#: health checks' bad_nvlink_status.txt, in ../shared/data/gpu/nvlink/).
+DEMO_FAULT = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
+
+
+def _slurm_ml(args: list[str], env: dict[str, str]) -> proc.Result:
+    return proc.run([sys.executable, "-m", "slurm_ml.cli", *args], check=False, env=env,
+                    timeout_s=60)
+
+
+def _job_fields(job_id: int, env: dict[str, str]) -> dict[str, str]:
+    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)], check=False, env=env,
+                   timeout_s=30).stdout.strip()
+    return parse_oneliner(out.splitlines()[0]) if out else {}
+
+
+def run_health_demo(cfg: Config, layout: Layout, env: dict[str, str],
+                    say: Callable[[str], None], *, node: str = "gpu03",
+                    timeout_s: float = 180) -> list[HealthStep]:
+    """Inject a fault on ``node``, submit a job that would land there, show it run on the
+    class's other node and ``node`` drained by the prolog; clear the fault and let the
+    periodic check resume ``node``. The fault is cleared and ``node`` resumed even if a
+    step fails."""
+    steps: list[HealthStep] = []
+    nc = cfg.node_class_of(node)
+    if nc is None:
+        raise ValueError(f"{node} is in no node class")
+    try:
+        fault = inject_fault(cfg, layout, node, DEMO_FAULT)
+        steps.append(HealthStep(
+            f"inject a fault on {node}: GPU 6 has no active NVLink",
+            f"slurm-ml devcluster fault {node} {DEMO_FAULT}",
+            f"{node} now replays {', '.join(fault.files)}\nthe checks say: {fault.verdict}"))
+        say(steps[-1].title)
+        gres = f"gpu:{nc.gpu_type}:{nc.gpus_per_node}"
+        argv = ["sbatch", "--parsable", "--job-name=demo-health", f"--gres={gres}", "-t", "2",
+                f"--chdir={layout.jobs}", "--output=/dev/null", "--wrap", "sleep 3"]
+        res = proc.run(["runuser", "-u", "alice", "--", *argv], env=env, timeout_s=30)
+        job_id = int(res.stdout.strip().split(";")[0])
+        say(f"submitted job {job_id} (--gres={gres}); waiting for it to finish: after the "
+            f"failed prolog Slurm holds the requeued job back ~30 s (AuthInfo cred_expire)")
+        deadline = time.monotonic() + timeout_s
+        fields = _job_fields(job_id, env)
+        while fields.get("JobState") != "COMPLETED":
+            if time.monotonic() > deadline or fields.get("JobState") in {
+                    s.value for s in FINISHED}:
+                raise TimeoutError(f"demo job {job_id} is {fields.get('JobState')} after "
+                                   f"{timeout_s:g}s")
+            time.sleep(2)
+            fields = _job_fields(job_id, env)
+        log = (layout.log / "hooks.log").read_text(errors="replace").splitlines()
+        prolog = [ln for ln in log if "slurm-ml prolog: " in ln and f" {node}:" in ln]
+        steps.append(HealthStep(
+            f"a job that can only run on {nc.nodes} ({nc.name}), as alice",
+            f"sbatch --gres={gres} --wrap 'sleep 3'",
+            f"job {job_id}: {fields.get('JobState')} on {fields.get('NodeList')} after "
+            f"{fields.get('Restarts')} restart(s)\nprolog on {node}: "
+            + (prolog[-1].removeprefix("slurm-ml prolog: ") if prolog else "(not logged)")))
+        sinfo = proc.run(["sinfo", "-R", "-n", node, "-o", "%N %E"], env=env,
+                         timeout_s=30).stdout.strip()
+        steps.append(HealthStep(f"{node} is drained with slurm-ml's reason",
+                                f"sinfo -R -n {node}", sinfo))
+        clear_fault(cfg, layout, node)
+        steps.append(HealthStep(f"repair {node} (clear the fault)",
+                                f"slurm-ml devcluster fault {node} --clear",
+                                f"{node}: healthy captures restored"))
+        runs = []
+        for _ in range(cfg.policy.quarantine.resume_after_passes):
+            out = _slurm_ml(["health", "periodic", "--node", node], env)
+            runs.append((out.stdout or out.stderr).strip())
+        steps.append(HealthStep(
+            f"the periodic check (HealthCheckProgram) resumes {node} after "
+            f"{cfg.policy.quarantine.resume_after_passes} clean runs in a row",
+            f"slurm-ml health periodic --node {node}   (x"
+            f"{cfg.policy.quarantine.resume_after_passes})", "\n".join(runs)))
+        say(steps[-1].title)
+        state = ""
+        for _ in range(10):  # "idle*" until slurmctld's next ping of the resumed node
+            state = proc.run(["sinfo", "-h", "-n", node, "-o", "%N %T"], env=env,
+                             timeout_s=30).stdout.strip()
+            if not state.endswith("*"):
+                break
+            time.sleep(0.5)
+        steps.append(HealthStep(f"{node} is back in service", f"sinfo -n {node}", state))
+    finally:
+        if (layout.health / node / ".fault").exists():
+            clear_fault(cfg, layout, node)
+        shown = proc.run(["scontrol", "-o", "show", "node", node], check=False, env=env,
+                         timeout_s=30).stdout
+        if "Reason=slurm-ml:" in shown:
+            _slurm_ml(["quarantine", "resume", node], env)
+    return steps
 
 
 def cancel_cases(cases: list[AdmissionCase], env: dict[str, str]) -> None:

@@ -64,6 +64,26 @@ class Layout:
         return self.root / "spool"
 
     @property
+    def health(self) -> Path:
+        """Replayed GPU captures, one directory per node (``devcluster fault`` edits them)."""
+        return self.root / "health"
+
+    @property
+    def hook_state(self) -> Path:
+        """Node-local state of the Prolog/Epilog (job-start GPU counters)."""
+        return self.root / "hookstate"
+
+    @property
+    def shm(self) -> Path:
+        """Per-node stand-ins for /dev/shm: the dev nodes share this host's real one."""
+        return self.root / "shm"
+
+    @property
+    def hook_env_file(self) -> Path:
+        """Settings the Prolog/Epilog wrappers source (they find it next to slurm.conf)."""
+        return self.etc / "slurm-ml.env"
+
+    @property
     def slurm_conf(self) -> Path:
         return self.etc / "slurm.conf"
 

@@ -55,6 +55,7 @@ class SiteParams:
     job_submit_plugins: str = ""
     submitd_socket: str = "/run/slurm-ml/submitd.sock"  # where job_submit.lua asks submitd
     prolog_epilog_timeout_s: int = 60
+    scheduler_extra: str = ""  # more SchedulerParameters, e.g. "bf_interval=5"
     priority_weight_fairshare: int = 100
     priority_weight_age: int = 100
     priority_weight_qos: int = 1000
@@ -173,6 +174,7 @@ def _values(cfg: Config, site: SiteParams) -> dict[str, str]:
         gres_lines=gres_lines(cfg, site),
         switch_lines=switch_lines(cfg),
         max_switch_wait_s=str(max_switch_wait_s(cfg)),
+        scheduler_extra=f",{site.scheduler_extra}" if site.scheduler_extra else "",
         prolog_line=f"Prolog={site.prolog}" if site.prolog else "#Prolog= (not installed)",
         epilog_line=f"Epilog={site.epilog}" if site.epilog else "#Epilog= (not installed)",
         job_submit_line=(
