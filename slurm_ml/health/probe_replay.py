@@ -316,7 +316,7 @@ _BUS = re.compile(r"^(?:PCI:)?(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-
                   r"(?:\.[0-7])?$")
 
 
-def _bus_key(bus: object) -> tuple[int, int, int] | None:
+def bus_key(bus: object) -> tuple[int, int, int] | None:
     """(domain, bus, device) of "00000000:9b:00.0" or "PCI:0000:9b:00" (an Xid line)."""
     if not isinstance(bus, str):
         return None
@@ -365,11 +365,11 @@ class ReplayProbe:
             return snap
         keep = set(gpus)
         dropped = {k for g in snap.gpus if g.index not in keep
-                   if (k := _bus_key(g.pci_bus_id)) is not None}
+                   if (k := bus_key(g.pci_bus_id)) is not None}
         attached = snap.attached_gpus
         xids = snap.xids
         if xids is not None:
-            xids = tuple(e for e in xids if _bus_key(e.pci_bus_id) not in dropped)
+            xids = tuple(e for e in xids if bus_key(e.pci_bus_id) not in dropped)
         return dataclasses.replace(
             snap,
             gpus=tuple(g for g in snap.gpus if g.index in keep),

@@ -46,6 +46,7 @@ from typing import Any
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.probe_devfiles import DeviceFileProcesses
+from slurm_ml.health.probe_kernel_log import KernelLogXids
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import NodeSnapshot
 from slurm_ml.hooks.epilog import EpilogOutcome, run_epilog
@@ -61,6 +62,7 @@ from slurm_ml.hooks.quarantine_ops import (
     resume_node,
 )
 from slurm_ml.hooks.record import finding_dict, jsonable
+from slurm_ml.hooks.xidmark import read_mark, write_mark
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.slurm.runner import SlurmRunner
@@ -144,6 +146,9 @@ class Boundaries:
     baseline_dir: Path | None
     shm_dir: Callable[[str], Path]
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: where the kernel-log mark lives (live nodes); None with replayed captures, whose
+    #: Xids are as old as the capture and are judged whole every time
+    xid_mark_dir: Path | None = None
 
     def close(self) -> None:
         try:
@@ -180,7 +185,7 @@ def make_probe(settings: HookSettings, node: str, watchdog_s: float) -> GpuProbe
     else:
         from slurm_ml.health.probe_nvml import NvmlProbe  # loads NVML only where it is used
 
-        probe = NvmlProbe(timeout_s=watchdog_s)
+        probe = KernelLogXids(NvmlProbe(timeout_s=watchdog_s))
     if settings.fake_gpu_dir is not None:
         probe = DeviceFileProcesses(probe, settings.fake_gpu_dir)
     return probe
@@ -224,6 +229,7 @@ def connect(settings: HookSettings, cfg: Config, *, open_db: OpenDatabase) -> Bo
         procs=ProcFs(),
         baseline_dir=settings.state_dir,
         shm_dir=lambda node: Path(shm.replace("%n", node)),
+        xid_mark_dir=settings.state_dir if settings.replay_dir is None else None,
     )
 
 
@@ -252,8 +258,12 @@ def _watchdog(cfg: Config) -> float:
 def prolog(env: Mapping[str, str], b: Boundaries) -> PrologOutcome:
     """``run_prolog`` on Slurm's environment."""
     node = env.get("SLURMD_NODENAME", "")
-    return run_prolog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
-                      store=b.store, now=b.clock(), baseline_dir=b.baseline_dir)
+    now = b.clock()
+    since = read_mark(b.xid_mark_dir, node)
+    out = run_prolog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
+                     store=b.store, now=now, baseline_dir=b.baseline_dir, xid_since=since)
+    write_mark(b.xid_mark_dir, node, now.timestamp())
+    return out
 
 
 def epilog(env: Mapping[str, str], b: Boundaries) -> EpilogOutcome:
@@ -267,8 +277,12 @@ def epilog(env: Mapping[str, str], b: Boundaries) -> EpilogOutcome:
 def periodic(node: str, b: Boundaries) -> PeriodicOutcome:
     """Drain the spool, then one ``run_periodic`` of ``node``."""
     drain_spool(b.store)
-    return run_periodic(node, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)),
-                        slurm=b.slurm, store=b.store, now=b.clock(), procs=b.procs)
+    now = b.clock()
+    since = read_mark(b.xid_mark_dir, node)
+    out = run_periodic(node, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)),
+                       slurm=b.slurm, store=b.store, now=now, procs=b.procs, xid_since=since)
+    write_mark(b.xid_mark_dir, node, now.timestamp())
+    return out
 
 
 def default_node(env: Mapping[str, str], hostname: str) -> str:
