@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from hooks_helpers import CFG, snapshot
+
 from slurm_ml.health.checks import check_node
 from slurm_ml.health.probe_kernel_log import KernelLogXids
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.hooks.xidmark import read_mark, write_mark
-
-from hooks_helpers import CFG, snapshot
 
 REAL_LOG = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gpu" / "xid"
             / "gpud_dmesg_h100_xid119_gsp_timeout.log")
