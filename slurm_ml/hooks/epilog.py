@@ -70,9 +70,10 @@ def run_epilog(env: Mapping[str, str], *, cfg: Config, probe: GpuProbe, slurm: S
                store: Store, procs: ProcessTable, now: datetime,
                sleep: Callable[[float], None] = time.sleep, shm_dir: Path = Path("/dev/shm"),
                term_wait_s: float = 5.0, kill_wait_s: float = 2.0,
-               thresholds: Thresholds = DEFAULT_THRESHOLDS, baseline_dir: Path | None = None
-               ) -> EpilogOutcome:
-    """Clean up after one job and check its GPUs; see the module doc."""
+               thresholds: Thresholds = DEFAULT_THRESHOLDS, baseline_dir: Path | None = None,
+               xid_since: float | None = None) -> EpilogOutcome:
+    """Clean up after one job and check its GPUs; see the module doc. ``xid_since``:
+    judge only Xids logged after this time (the node's previous hook run)."""
     try:
         job = job_env(env)
     except JobEnvError as exc:
@@ -97,7 +98,8 @@ def run_epilog(env: Mapping[str, str], *, cfg: Config, probe: GpuProbe, slurm: S
         previous = (load_baseline(baseline_dir, job.job_id, job.node)
                     if baseline_dir is not None else None)
         findings = [_after_job(f) for f in check_node(snap, known[1], thresholds,
-                                                      gpus=job.gpus, previous=previous)]
+                                                      gpus=job.gpus, previous=previous,
+                                                      xid_since=xid_since)]
     findings = _survivors(kill, pids, job.job_id, snap) + findings
     run = run_key(HOOK, job.node, job.job_id, now)
     rec.write_all(finding_events(findings, hook=HOOK, node=job.node, run=run,

@@ -269,9 +269,14 @@ def prolog(env: Mapping[str, str], b: Boundaries) -> PrologOutcome:
 def epilog(env: Mapping[str, str], b: Boundaries) -> EpilogOutcome:
     """``run_epilog`` on Slurm's environment (always exit 0, see its module doc)."""
     node = env.get("SLURMD_NODENAME", "")
-    return run_epilog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
-                      store=b.store, procs=b.procs, now=b.clock(),
-                      shm_dir=b.shm_dir(node or "unknown"), baseline_dir=b.baseline_dir)
+    now = b.clock()
+    since = read_mark(b.xid_mark_dir, node)
+    out = run_epilog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
+                     store=b.store, procs=b.procs, now=now,
+                     shm_dir=b.shm_dir(node or "unknown"), baseline_dir=b.baseline_dir,
+                     xid_since=since)
+    write_mark(b.xid_mark_dir, node, now.timestamp())
+    return out
 
 
 def periodic(node: str, b: Boundaries) -> PeriodicOutcome:

@@ -12,6 +12,7 @@ import pytest
 from hooks_helpers import CFG, NOW, env, fake_slurm, later
 
 from slurm_ml.health.probe_devfiles import DeviceFileProcesses
+from slurm_ml.health.probe_kernel_log import KernelLogXids
 from slurm_ml.health.probe_nvml import NvmlProbe
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.hooks import wiring
@@ -77,7 +78,9 @@ def test_replay_probe_reads_the_captures_afresh_at_every_snapshot(tmp_path: Path
 
 
 def test_probe_kinds(tmp_path: Path) -> None:
-    nvml = wiring.make_probe(HookSettings(DEFAULT), "gpu03", 3.0)
+    live = wiring.make_probe(HookSettings(DEFAULT), "gpu03", 3.0)
+    assert isinstance(live, KernelLogXids)  # Xids come from dmesg, the rest from NVML
+    nvml = live.inner
     assert isinstance(nvml, NvmlProbe) and nvml.timeout_s == 3.0  # NVML not called yet
     dev = wiring.make_probe(HookSettings(DEFAULT, replay_dir=tmp_path, fake_gpu_dir=tmp_path),
                             "gpu03", 3.0)
