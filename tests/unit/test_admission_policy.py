@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from jobdesc_helpers import applied, gpu_items, total_gpus
 
 from slurm_ml.config import Config, load_config, parse_config
 from slurm_ml.policy.admission import decide
@@ -110,39 +111,6 @@ def config_with(**admission: Any) -> Config:
     return parse_config(data, "test")
 
 
-_GPU_ITEM = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[A-Za-z][\w.\-]*))?(?:[:=](?P<count>\d+))?$")
-
-
-def gpu_items(spec: object) -> list[tuple[str | None, int]]:
-    """(type, count) of each GPU item of a tres_per_* value (independent of the code under test)."""
-    out: list[tuple[str | None, int]] = []
-    for raw in str(spec or "").split(","):
-        m = _GPU_ITEM.match(raw.strip())
-        if m:
-            out.append((m["type"], int(m["count"]) if m["count"] else 1))
-    return out
-
-
-def applied(job: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
-    """The job_desc after the shim assigns the reply's ``set`` (NO_VAL clears a number)."""
-    out = dict(normalize(job))
-    for key, value in reply.get("set", {}).items():
-        if value in (NO_VAL, NO_VAL16, ""):
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
-def total_gpus(job: Mapping[str, Any]) -> int | None:
-    """GPUs a job_desc asks for in all; None for per-socket requests."""
-    if gpu_items(job.get("tres_per_socket")):
-        return None
-    nodes = job.get("min_nodes") or 1
-    tasks = job.get("num_tasks") or 1
-    return (sum(c for _t, c in gpu_items(job.get("tres_per_node"))) * nodes
-            + sum(c for _t, c in gpu_items(job.get("tres_per_job")))
-            + sum(c for _t, c in gpu_items(job.get("tres_per_task"))) * tasks)
 
 
 def _class_features(cfg: Config) -> list[tuple[str, int, str, frozenset[str], NodeSet]]:

@@ -20,6 +20,7 @@ from typing import Any
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jobdesc_helpers import applied, gpu_items, total_gpus
 
 from slurm_ml.config import Config, load_config
 from slurm_ml.policy.admission import decide
@@ -60,37 +61,6 @@ FAST = settings(max_examples=200, deadline=None, derandomize=True,
 
 # --------------------------------------------------------------------------- reading job_desc
 
-_GPU_ITEM = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[A-Za-z][\w.\-]*))?(?:[:=](?P<count>\d+))?$")
-
-
-def gpu_items(spec: object) -> list[tuple[str | None, int]]:
-    out: list[tuple[str | None, int]] = []
-    for raw in str(spec or "").split(","):
-        m = _GPU_ITEM.match(raw.strip())
-        if m:
-            out.append((m["type"], int(m["count"]) if m["count"] else 1))
-    return out
-
-
-def applied(job: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
-    """The job_desc after the shim assigns ``set`` ("" clears a string, NO_VAL a number)."""
-    out = dict(normalize(job))
-    for key, value in reply.get("set", {}).items():
-        if value in (NO_VAL, NO_VAL16, ""):
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
-def total_gpus(job: Mapping[str, Any]) -> int | None:
-    if gpu_items(job.get("tres_per_socket")):
-        return None
-    nodes = job.get("min_nodes") or 1
-    tasks = job.get("num_tasks") or 1
-    return (sum(c for _t, c in gpu_items(job.get("tres_per_node"))) * nodes
-            + sum(c for _t, c in gpu_items(job.get("tres_per_job")))
-            + sum(c for _t, c in gpu_items(job.get("tres_per_task"))) * tasks)
 
 
 def per_node_gpus(job: Mapping[str, Any]) -> int:
