@@ -12,9 +12,8 @@ from collections.abc import Callable, Collection
 
 from slurm_ml import proc
 from slurm_ml.health.probe import GpuProbe
-from slurm_ml.health.probe_replay import bus_key
 from slurm_ml.health.replay.xid import parse_xids
-from slurm_ml.health.snapshot import NodeSnapshot
+from slurm_ml.health.snapshot import NodeSnapshot, bus_key
 
 DMESG = ("dmesg", "--time-format", "iso")  # ISO times parse to epoch seconds
 

@@ -60,7 +60,7 @@ from slurm_ml.health.replay.nvlink import (
 from slurm_ml.health.replay.smi_q import parse_smi_q
 from slurm_ml.health.replay.topo import parse_topo_matrix
 from slurm_ml.health.replay.xid import parse_xids
-from slurm_ml.health.snapshot import Gpu, NodeSnapshot, NvLink, XidEvent
+from slurm_ml.health.snapshot import Gpu, NodeSnapshot, NvLink, XidEvent, bus_key
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -310,20 +310,6 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
 
 
 # ----------------------------------------------------------------------- the probe
-
-
-_BUS = re.compile(r"^(?:PCI:)?(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})"
-                  r"(?:\.[0-7])?$")
-
-
-def bus_key(bus: object) -> tuple[int, int, int] | None:
-    """(domain, bus, device) of "00000000:9b:00.0" or "PCI:0000:9b:00" (an Xid line)."""
-    if not isinstance(bus, str):
-        return None
-    m = _BUS.match(bus.strip())
-    if m is None:
-        return None
-    return int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16)
 
 
 class ReplayProbe:

@@ -10,6 +10,7 @@ second and must report the first as missing evidence.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, TypeVar, Union
 
@@ -148,3 +149,19 @@ class NodeSnapshot:
     #: How many GPUs the driver reports (nvmlDeviceGetCount, "Attached GPUs"); in a replay
     #: of an excerpt or an ``nvidia-smi -q -i N`` capture it exceeds ``len(gpus)``.
     attached_gpus: Reading[int] = None
+
+
+_BUS = re.compile(r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"
+                  r"(?:\.[0-7])?$")
+
+
+def bus_key(bus_id: object) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of "00000000:07:00.0", "PCI:0000:b3:00" (an Xid line) or
+    "b3:00.0": the one way GPUs, Xids and NVLink peers are matched by PCI address."""
+    if not isinstance(bus_id, str):
+        return None
+    m = _BUS.match(bus_id.strip())
+    if m is None:
+        return None
+    domain, bus, dev = m.groups()
+    return int(domain or "0", 16), int(bus, 16), int(dev, 16)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,21 +29,6 @@ def unsupported(value: object) -> bool:
 
 def text(value: Reading[str]) -> str | None:
     return value if isinstance(value, str) and not unsupported(value) else None
-
-
-_BUS = re.compile(r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"
-                  r"(?:\.[0-7])?$")
-
-
-def bus_key(bus_id: object) -> tuple[int, int, int] | None:
-    """(domain, bus, device) of "00000000:07:00.0", "PCI:0000:b3:00" or "b3:00.0"."""
-    if not isinstance(bus_id, str):
-        return None
-    m = _BUS.match(bus_id.strip())
-    if m is None:
-        return None
-    domain, bus, dev = m.groups()
-    return int(domain or "0", 16), int(bus, 16), int(dev, 16)
 
 
 def label(gpu: Gpu) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from slurm_ml.health.checks._common import Out, bus_key, join, label
+from slurm_ml.health.checks._common import Out, join, label
 from slurm_ml.health.checks.findings import Severity
-from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent
+from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent, bus_key
 
 S = Severity
 
