@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
-
 from slurm_ml import proc
 from slurm_ml.config import Config
 from slurm_ml.devcluster import daemons, platform
@@ -340,7 +338,7 @@ class DevCluster:
         daemons.wait_for("slurmctld", self._ping, 60)
 
     def nodes(self) -> list[str]:
-        return [str(n) for nc in self.cfg.node_classes for n in NodeSet(nc.nodes)]
+        return self.cfg.all_nodes()
 
     def _slurmd(self) -> None:
         L = self.layout

@@ -47,8 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
-
 from slurm_ml.config import Config
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.devcluster.platform import DevClusterError
@@ -100,14 +98,10 @@ def healthy_captures(node_class: NodeClass, nvlink_links: int) -> tuple[str, ...
         f"{shape[1]} NVLink links; add one to slurm_ml/devcluster/health.py")
 
 
-def _node_classes(cfg: Config) -> dict[str, NodeClass]:
-    return {str(n): nc for nc in cfg.node_classes for n in NodeSet(nc.nodes)}
-
-
 def _healthy_for(cfg: Config, node: str) -> tuple[str, ...]:
-    nc = _node_classes(cfg).get(node)
+    nc = cfg.node_class_of(node)
     if nc is None:
-        raise DevClusterError(f"no dev node {node} (nodes: {', '.join(_node_classes(cfg))})")
+        raise DevClusterError(f"no dev node {node} (nodes: {', '.join(cfg.all_nodes())})")
     return healthy_captures(nc, cfg.gpu_types[nc.gpu_type].nvlink_links)
 
 
@@ -143,12 +137,12 @@ def sync_healthy(cfg: Config, layout: Layout, *, data: Path | None = None) -> li
     fault was kept."""
     data = data or gpu_data_dir()
     kept = []
-    for node in _node_classes(cfg):
+    for node in cfg.all_nodes():
         if (layout.health / node / FAULT_FILE).exists():
             kept.append(node)
         else:
             _copy_healthy(cfg, layout, node, data)
-    for node in _node_classes(cfg):
+    for node in cfg.all_nodes():
         shm = layout.shm / node
         shm.mkdir(parents=True, exist_ok=True)
         shm.chmod(0o1777)
@@ -251,7 +245,7 @@ def clear_fault(cfg: Config, layout: Layout, node: str, *,
 def node_health(cfg: Config, layout: Layout) -> dict[str, dict[str, Any]]:
     """Per node: its replayed captures and the injected ones (for ``status``)."""
     out = {}
-    for node in _node_classes(cfg):
+    for node in cfg.all_nodes():
         d = layout.health / node
         out[node] = {"files": [p.name for p in _captures(d)], "fault": _read_fault(d)}
     return out

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
-
 from slurm_ml.config import Config
 
 
@@ -36,8 +34,7 @@ class AdmissionState:
 
 def window_capacity_gpu_hours(cfg: Config) -> float:
     """GPU-hours the whole cluster offers in one fair-share window."""
-    gpus = sum(len(NodeSet(c.nodes, resolver=RESOLVER_NOGROUP)) * c.gpus_per_node
-               for c in cfg.node_classes)
+    gpus = sum(c.gpus_per_node for n in cfg.all_nodes() if (c := cfg.node_class_of(n)))
     return gpus * cfg.policy.fairshare.window_hours
 
 
