@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe import GpuProbe
@@ -255,39 +255,41 @@ def _watchdog(cfg: Config) -> float:
 # ------------------------------------------------------------------------- hooks
 
 
+_T = TypeVar("_T")
+
+
+def _marked(b: Boundaries, node: str, run: Callable[[datetime, float | None], _T]) -> _T:
+    """Run a hook judging only Xids logged since this node's previous hook run, then move
+    the mark to now (see ``xidmark``)."""
+    now = b.clock()
+    out = run(now, read_mark(b.xid_mark_dir, node))
+    write_mark(b.xid_mark_dir, node, now.timestamp())
+    return out
+
+
 def prolog(env: Mapping[str, str], b: Boundaries) -> PrologOutcome:
     """``run_prolog`` on Slurm's environment."""
     node = env.get("SLURMD_NODENAME", "")
-    now = b.clock()
-    since = read_mark(b.xid_mark_dir, node)
-    out = run_prolog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
-                     store=b.store, now=now, baseline_dir=b.baseline_dir, xid_since=since)
-    write_mark(b.xid_mark_dir, node, now.timestamp())
-    return out
+    return _marked(b, node, lambda now, since: run_prolog(
+        env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm, store=b.store,
+        now=now, baseline_dir=b.baseline_dir, xid_since=since))
 
 
 def epilog(env: Mapping[str, str], b: Boundaries) -> EpilogOutcome:
     """``run_epilog`` on Slurm's environment (always exit 0, see its module doc)."""
     node = env.get("SLURMD_NODENAME", "")
-    now = b.clock()
-    since = read_mark(b.xid_mark_dir, node)
-    out = run_epilog(env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm,
-                     store=b.store, procs=b.procs, now=now,
-                     shm_dir=b.shm_dir(node or "unknown"), baseline_dir=b.baseline_dir,
-                     xid_since=since)
-    write_mark(b.xid_mark_dir, node, now.timestamp())
-    return out
+    return _marked(b, node, lambda now, since: run_epilog(
+        env, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm, store=b.store,
+        procs=b.procs, now=now, shm_dir=b.shm_dir(node or "unknown"),
+        baseline_dir=b.baseline_dir, xid_since=since))
 
 
 def periodic(node: str, b: Boundaries) -> PeriodicOutcome:
     """Drain the spool, then one ``run_periodic`` of ``node``."""
     drain_spool(b.store)
-    now = b.clock()
-    since = read_mark(b.xid_mark_dir, node)
-    out = run_periodic(node, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)),
-                       slurm=b.slurm, store=b.store, now=now, procs=b.procs, xid_since=since)
-    write_mark(b.xid_mark_dir, node, now.timestamp())
-    return out
+    return _marked(b, node, lambda now, since: run_periodic(
+        node, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm, store=b.store,
+        now=now, procs=b.procs, xid_since=since))
 
 
 def default_node(env: Mapping[str, str], hostname: str) -> str:
