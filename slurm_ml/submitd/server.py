@@ -116,13 +116,8 @@ class PolicyServer:
             decision = decide(req, policy.cfg, policy.view, state, self.clock(),
                               routing=routing)
             wait_s = int(policy.cfg.policy.admission.leaf_switch_wait_min * 60)
-            reply = reply_for(decision, job, req, leaf_wait_s=wait_s)
-            if env.op == "modify":
-                changes = reply.get("set", {})
-                changes.pop("admin_comment", None)
-                # slurmctld refuses any OverSubscribe change from a non-operator ("Attempt
-                # to change sharing" → access denied), after applying part of the update.
-                changes.pop("shared", None)
+            reply = reply_for(decision, job, req, leaf_wait_s=wait_s,
+                              update=env.op == "modify")
             self.counts[reply["action"]] += 1
             # Rejects are worth a line at INFO; every accepted job's decision is already
             # stamped into its AdminComment, so those lines are DEBUG (they cost CPU on

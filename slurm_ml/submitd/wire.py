@@ -220,8 +220,13 @@ def _rewrite(spec: str, gpu_item: str | None, *, untype: bool = False) -> str:
 
 
 def reply_for(decision: Decision, job: Mapping[str, Any], req: JobRequest,
-              *, leaf_wait_s: int) -> dict[str, Any]:
-    """The reply line for a decision on ``job`` (the fields the shim sent)."""
+              *, leaf_wait_s: int, update: bool = False) -> dict[str, Any]:
+    """The reply line for a decision on ``job`` (the fields the shim sent).
+
+    ``update``: the answer to a user's ``scontrol update``. It never touches
+    OverSubscribe (slurmctld denies a sharing change from a non-operator, after applying
+    part of the update) and leaves the AdminComment record of the submission alone.
+    """
     if not decision.accept:
         return {"v": VERSION, "action": "reject", "message": decision.message,
                 "code": decision.code}
@@ -251,7 +256,9 @@ def reply_for(decision: Decision, job: Mapping[str, Any], req: JobRequest,
             if layout.ntasks_per_node is not None:
                 changes["ntasks_per_node"] = layout.ntasks_per_node
             if layout.whole_nodes:
-                changes.update(shared=JOB_SHARED_NONE, req_switch=1, wait4switch=leaf_wait_s)
+                changes.update(req_switch=1, wait4switch=leaf_wait_s)
+                if not update:
+                    changes["shared"] = JOB_SHARED_NONE
     if decision.features is not None:
         changes["features"] = decision.features
     if decision.qos is not None:
@@ -262,6 +269,6 @@ def reply_for(decision: Decision, job: Mapping[str, Any], req: JobRequest,
         changes["time_min"] = decision.time_min
     if decision.site_factor is not None:
         changes["site_factor"] = decision.site_factor
-    if decision.record:
+    if decision.record and not update:
         changes["admin_comment"] = decision.admin_comment()
     return {"v": VERSION, "action": "accept", "set": changes, "message": decision.message}
