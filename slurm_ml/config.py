@@ -37,6 +37,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "ContractsConfig",
+    "DaemonConfig",
     "FairshareConfig",
     "PartitionConfig",
     "PolicyConfig",
@@ -135,6 +136,12 @@ class FairshareConfig:
     window_hours: float = _knob(168.0, _gt(0))  # sliding usage window fair-share looks back over
     site_factor_max: int = _knob(100_000, _gt(0))  # SiteFactor given to the most under-served job
     cycle_interval_s: float = _knob(60.0, _gt(0))  # time between reconciler cycles
+    # SiteFactor between adjacent ranks; must exceed the sum of the other priority weights
+    # (age, fairshare, job size, partition) so that the rank dominates them.
+    site_factor_step: int = _knob(1000, _ge(1))
+    # How far a user's own --nice moves a job inside its team's band (never across bands).
+    nice_range: int = _knob(500, _ge(0))
+    owed_bucket_s: float = _knob(3600.0, _gt(0))  # owed is capped at demand bucket by bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +152,10 @@ class ContractsConfig:
     requeue_cooldown_s: float = _knob(3600.0, _ge(0))  # a job is requeued at most once per this
     preempt_cap_fraction: float = _knob(0.05, _fraction)  # max fraction of GPUs requeued per window
     preempt_cap_window_s: float = _knob(600.0, _gt(0))  # the window preempt_cap_fraction is over
+    # A requeue needs the victim's delivered/owed to exceed the preemptor's by this much
+    # (hysteresis against flapping), the victim over-served (> 1), the preemptor under (< 1).
+    preempt_min_gap: float = _knob(0.2, _ge(0))
+    preempt_after_wait_s: float = _knob(300.0, _ge(0))  # the starved job has pended this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +167,12 @@ class ReclaimConfig:
     zombie_min_mem_mb: int = _knob(1024, _gt(0))  # GPU memory above this counts as held
     zombie_grace_s: float = _knob(900.0, _ge(0))  # time between the warning and the action
     completing_timeout_s: float = _knob(1800.0, _gt(0))  # COMPLETING longer than this is stuck
+    exempt_qos: tuple[str, ...] = _knob(())  # jobs in these QOS are never reclaimed as zombies
+    exempt_accounts: tuple[str, ...] = _knob(())  # nor jobs charged to these accounts
+    exempt_interactive: bool = _knob(True)  # nor salloc/srun sessions (no batch script)
+    notify_command: str = _knob("")  # run with the warning as JSON on stdin; "" = none
+    fix_runaway: bool = _knob(True)  # close slurmdbd's runaway jobs (sacctmgr show runawayjobs)
+    orphan_lookback_s: float = _knob(3600.0, _gt(0))  # orphan-process reports this recent count
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +211,21 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """How the reconciler daemon runs (not what it decides: that is ``policy``)."""
+
+    metrics_port: int = _knob(9309, _ge(0))  # Prometheus /metrics port; 0 = off
+    metrics_addr: str = _knob("127.0.0.1")  # address the metrics server binds
+    backoff_max_s: float = _knob(600.0, _gt(0))  # longest wait after Slurm/DB failures
+    lock_key: int = _knob(0x736C_6D6C_6461_656D, _ge(1))  # PostgreSQL advisory lock ("slmldaem")
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmConfig:
     """How slurm-ml drives the Slurm commands."""
 
     command_timeout_s: float = _knob(30.0, _gt(0))  # every Slurm command is killed after this
-    scontrol_batch_size: int = _knob(100, _ge(1))  # jobs per `scontrol update jobid=...` call
+    scontrol_batch_size: int = _knob(500, _ge(1))  # jobs per scontrol process (SiteFactor pushes)
 
 
 _SPOOL_DIR = Path("/var/spool/slurm-ml")
@@ -254,6 +281,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
     @cached_property
     def _node_index(self) -> dict[str, NodeClass]:
@@ -380,7 +408,7 @@ def _hint(key: str, known: Sequence[str]) -> str:
 
 
 _SECTIONS_REQUIRED = ("cluster", "gpu_types", "node_classes", "budgets")
-_SECTIONS_OPTIONAL = ("policy", "slurm", "store")
+_SECTIONS_OPTIONAL = ("policy", "slurm", "store", "daemon")
 
 
 class _Parser:
@@ -483,6 +511,8 @@ class _Parser:
             return self.path(check)
         if isinstance(default, str):
             return self.string(check)
+        if isinstance(default, tuple):
+            return self.list_of(self.string(), unique="value")
         raise TypeError(f"no converter for knob default {default!r}")  # a bug here, not in YAML
 
     # ---- scalars
@@ -869,6 +899,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
     policy = _policy(parser, sections.get("policy"))
     slurm = parser.knobs(sections.get("slurm"), "slurm", SlurmConfig)
     store = parser.knobs(sections.get("store"), "store", StoreConfig)
+    daemon = parser.knobs(sections.get("daemon"), "daemon", DaemonConfig)
 
     if (
         parser.issues
@@ -879,6 +910,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         or policy is None
         or slurm is None
         or store is None
+        or daemon is None
     ):
         issues = sorted(parser.issues, key=_section_rank(list(data)))
         raise ConfigError(issues or [ConfigIssue(source, "invalid configuration")], source)
@@ -890,6 +922,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         policy=policy,
         slurm=slurm,
         store=store,
+        daemon=daemon,
     )
 
 

@@ -144,6 +144,9 @@ class Job:
     features: str = ""
     comment: str = ""
     admin_comment: str = ""
+    nice: int = 0  # the user's --nice (a pending job's, from sprio where JSON lacks it)
+    end_time: int | None = None  # when it ended (or will, at its time limit)
+    batch: bool = True  # False for salloc/srun sessions (interactive)
 
     @property
     def total_gpus(self) -> int:
@@ -187,6 +190,7 @@ class JobUsage:
     alloc_tres: dict[str, float] = field(default_factory=dict)
     start: int | None = None
     end: int | None = None
+    submit: int | None = None
 
     @property
     def gpus(self) -> float:

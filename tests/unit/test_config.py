@@ -21,6 +21,7 @@ from slurm_ml.config import (
     ConfigError,
     ConfigIssue,
     ContractsConfig,
+    DaemonConfig,
     FairshareConfig,
     ReclaimConfig,
     SlurmConfig,
@@ -48,6 +49,7 @@ KNOB_SECTIONS: dict[str, type[Any]] = {
     "policy.admission": AdmissionConfig,
     "slurm": SlurmConfig,
     "store": StoreConfig,
+    "daemon": DaemonConfig,
 }
 
 
@@ -142,7 +144,7 @@ def test_ints_become_floats_where_floats_are_expected() -> None:
 
 def test_defaults_equal_the_example_values() -> None:
     data = example()
-    for section in ("policy", "slurm", "store"):
+    for section in ("policy", "slurm", "store", "daemon"):
         del data[section]
     assert parse_config(data) == load_config(EXAMPLE)
 
@@ -156,7 +158,8 @@ def test_each_knob_default_matches_the_example(section: str) -> None:
     assert {f.name for f in dataclasses.fields(defaults)} == set(node), "keys differ from example"
     for name, value in node.items():
         default = getattr(defaults, name)
-        assert default == (Path(value) if isinstance(default, Path) else value), name
+        want = tuple(value) if isinstance(default, tuple) else value
+        assert default == (Path(want) if isinstance(default, Path) else want), name
 
 
 @pytest.mark.parametrize(
@@ -716,8 +719,10 @@ def test_every_knob_is_type_checked(section: str) -> None:
     for name in node:
         node[name] = [1]
     got = issues_of(data)
-    assert got == [f"{section}.{name}: " + got[i].split(": ", 1)[1] for i, name in enumerate(node)]
-    assert all("expected a" in line and line.endswith("got a list") for line in got)
+    # A list knob reports the bad item ("exempt_qos[0]"), a scalar knob itself.
+    assert [g.split(": ", 1)[0].split("[")[0] for g in got] == [f"{section}.{n}" for n in node]
+    assert all("expected " in line and (line.endswith("got a list") or "[0]: " in line)
+               for line in got)
 
 
 # --------------------------------------------------------------------------- document and file
