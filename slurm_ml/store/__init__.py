@@ -2,7 +2,8 @@
 
 Use a ``Store`` (Protocol): ``PostgresStore`` for real, ``FakeStore`` in tests,
 wrapped in a ``SpoolingStore`` wherever a write must survive a database outage.
-Create or upgrade the schema with ``migrate``. Only the errors in
+Create or upgrade the schema with ``migrate``. The reconciler daemon acts only while
+its ``PgLeaderLock`` (a session advisory lock) is held. Only the errors in
 ``slurm_ml.store.errors`` leave this package, never psycopg's.
 """
 
@@ -14,6 +15,13 @@ from slurm_ml.store.errors import (
     StoreUnavailable,
 )
 from slurm_ml.store.fake import FakeStore
+from slurm_ml.store.leader import (
+    FakeLeaderLock,
+    FakeLockTable,
+    LeaderLock,
+    PgLeaderLock,
+    signed_lock_key,
+)
 from slurm_ml.store.migrate import MIGRATION_LOCK_KEY, Migration, load_migrations, migrate
 from slurm_ml.store.offline import OfflineStore
 from slurm_ml.store.postgres import PostgresStore
@@ -39,13 +47,17 @@ __all__ = [
     "BudgetSnapshot",
     "Decision",
     "DrainResult",
+    "FakeLeaderLock",
+    "FakeLockTable",
     "FakeStore",
     "GpuMemProfile",
     "HealthEvent",
     "JobGpuStats",
+    "LeaderLock",
     "Migration",
     "MigrationError",
     "OfflineStore",
+    "PgLeaderLock",
     "PostgresStore",
     "Record",
     "Spool",
@@ -60,5 +72,6 @@ __all__ = [
     "derive_key",
     "load_migrations",
     "migrate",
+    "signed_lock_key",
     "write_record",
 ]

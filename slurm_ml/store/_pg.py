@@ -7,6 +7,7 @@ and no message ever carries the password from the DSN.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -54,23 +55,44 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def connect(dsn: str, connect_timeout_s: float) -> Connection:
+def connect(
+    dsn: str,
+    connect_timeout_s: float,
+    *,
+    application_name: str | None = None,
+    settings: Mapping[str, str] | None = None,
+    keepalives: tuple[int, int, int] = (30, 10, 3),
+    tcp_user_timeout_ms: int = 0,
+) -> Connection:
     """An autocommit connection with the session in UTC, or StoreUnavailable.
 
-    TCP keepalives make a silently dead server show up as a lost connection
-    within about a minute instead of hanging a write forever.
+    TCP keepalives (``keepalives`` = idle, interval, count seconds) make a silently
+    dead server show up as a lost connection instead of hanging a write forever:
+    by default within about a minute. ``settings`` are server parameters for this
+    session (``-c name=value``, values without spaces), added to any ``options`` the
+    DSN already carries. ``tcp_user_timeout_ms`` (0: the system's) bounds how long sent
+    data may stay unacknowledged before the connection counts as lost.
     """
     params = parse_dsn(dsn)
     target = describe_target(dsn)
+    idle, interval, count = keepalives
+    extra: dict[str, Any] = {}
+    if application_name is not None:
+        extra["application_name"] = application_name
+    if settings:
+        own = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        extra["options"] = f"{params.get('options') or ''} {own}".strip()
     try:
         conn = psycopg.connect(
             dsn,
             autocommit=True,
             connect_timeout=max(1, round(connect_timeout_s)),
             keepalives=1,
-            keepalives_idle=30,
-            keepalives_interval=10,
-            keepalives_count=3,
+            keepalives_idle=idle,
+            keepalives_interval=interval,
+            keepalives_count=count,
+            tcp_user_timeout=tcp_user_timeout_ms,
+            **extra,
         )
     except psycopg.Error as exc:
         reason = scrub(_one_line(exc), dsn, params)

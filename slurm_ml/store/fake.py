@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import TypeVar
 
 from slurm_ml.store.errors import StoreError, StoreUnavailable
+from slurm_ml.store.filters import check_limit, int_filter, require_since, text_filter
 from slurm_ml.store.profiles import check_runs, percentile_cont
 from slurm_ml.store.protocol import OneWritePath, WriteOutcome
 from slurm_ml.store.records import (
@@ -33,11 +34,6 @@ from slurm_ml.store.records import (
 R = TypeVar("R", HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, Decision, AuditEntry)
 
 _TARGET = "fake:0/fake"
-
-
-def _check_limit(limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be a non-negative int, got {limit!r}")
 
 
 class FakeStore(OneWritePath):
@@ -133,7 +129,7 @@ class FakeStore(OneWritePath):
     def recent_health_events(
         self, node: str | None = None, since: datetime | None = None, limit: int = 1000
     ) -> list[HealthEvent]:
-        _check_limit(limit)
+        check_limit(limit)
         bound = check_since(since)
         out = self._select(
             HealthEvent,
@@ -146,7 +142,7 @@ class FakeStore(OneWritePath):
         return out[:limit]
 
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
-        _check_limit(limit)
+        check_limit(limit)
         out = self._select(
             JobGpuStats,
             lambda s: s.user == user and s.job_name == job_name,
@@ -222,6 +218,75 @@ class FakeStore(OneWritePath):
             peaks = [float(peak) for _, _, peak in recent[:runs]]
             out.append(GpuMemProfile(user, job_name, percentile_cont(peaks, 0.95), len(peaks)))
         return out
+
+    # --- the daemon's window reads ---
+
+    def util_samples_since(
+        self, since: datetime, job_ids: Collection[int] | None = None
+    ) -> list[UtilSample]:
+        bound = require_since(since)
+        ids = int_filter("job_ids", job_ids)
+        if ids is not None and not ids:
+            return []
+        wanted = None if ids is None else frozenset(ids)
+        return self._select(
+            UtilSample,
+            lambda s: s.sampled_at >= bound and (wanted is None or s.job_id in wanted),
+            lambda s: s.sampled_at,
+            newest_first=False,
+        )
+
+    def decisions_since(
+        self, since: datetime, kinds: Collection[str] | None = None
+    ) -> list[Decision]:
+        bound = require_since(since)
+        names = text_filter("kinds", kinds)
+        if names is not None and not names:
+            return []
+        wanted = None if names is None else frozenset(names)
+        return self._select(
+            Decision,
+            lambda d: d.decided_at >= bound and (wanted is None or d.kind in wanted),
+            lambda d: d.decided_at,
+            newest_first=False,
+        )
+
+    def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:
+        bound = require_since(since)
+        return self._select(
+            JobGpuStats, lambda s: s.ended_at >= bound, lambda s: s.ended_at, newest_first=False
+        )
+
+    def audit_by_keys(self, keys: Collection[str]) -> dict[str, AuditEntry]:
+        names = text_filter("keys", keys, optional=False)
+        if not names:
+            return {}
+        wanted = frozenset(names)
+        found = self._select(
+            AuditEntry, lambda a: a.idempotency_key in wanted, lambda a: a.at, newest_first=False
+        )
+        return {entry.idempotency_key: entry for entry in found}
+
+    def health_events_since(
+        self,
+        since: datetime,
+        check_ids: Collection[str] | None = None,
+        limit: int = 10000,
+    ) -> list[HealthEvent]:
+        check_limit(limit)
+        bound = require_since(since)
+        names = text_filter("check_ids", check_ids)
+        if names is not None and not names:
+            return []
+        wanted = None if names is None else frozenset(names)
+        newest = self._select(
+            HealthEvent,
+            lambda e: e.observed_at >= bound and (wanted is None or e.check_id in wanted),
+            lambda e: e.observed_at,
+            newest_first=True,
+        )[:limit]
+        newest.reverse()
+        return newest
 
     def close(self) -> None:
         """Further use raises StoreError, as with a closed PostgresStore."""

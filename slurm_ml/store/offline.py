@@ -10,10 +10,12 @@ Slurm's view alone).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import NoReturn
 
 from slurm_ml.store.errors import StoreUnavailable
+from slurm_ml.store.filters import check_limit, int_filter, require_since, text_filter
 from slurm_ml.store.protocol import OneWritePath, WriteOutcome
 from slurm_ml.store.records import (
     AuditEntry,
@@ -65,6 +67,39 @@ class OfflineStore(OneWritePath):
         self._down()
 
     def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
+        self._down()
+
+    # An empty filter is answered without a database, as PostgresStore does.
+
+    def util_samples_since(self, since: datetime,
+                           job_ids: Collection[int] | None = None) -> list[UtilSample]:
+        require_since(since)
+        if int_filter("job_ids", job_ids) == []:
+            return []
+        self._down()
+
+    def decisions_since(self, since: datetime,
+                        kinds: Collection[str] | None = None) -> list[Decision]:
+        require_since(since)
+        if text_filter("kinds", kinds) == []:
+            return []
+        self._down()
+
+    def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:
+        require_since(since)
+        self._down()
+
+    def audit_by_keys(self, keys: Collection[str]) -> dict[str, AuditEntry]:
+        if not text_filter("keys", keys, optional=False):
+            return {}
+        self._down()
+
+    def health_events_since(self, since: datetime, check_ids: Collection[str] | None = None,
+                            limit: int = 10000) -> list[HealthEvent]:
+        check_limit(limit)
+        require_since(since)
+        if text_filter("check_ids", check_ids) == []:
+            return []
         self._down()
 
     def close(self) -> None:

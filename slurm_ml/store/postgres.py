@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar
 
@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from slurm_ml.store import _pg
 from slurm_ml.store.errors import StoreError
+from slurm_ml.store.filters import check_limit, int_filter, require_since, text_filter
 from slurm_ml.store.profiles import check_runs
 from slurm_ml.store.protocol import WriteOutcome
 from slurm_ml.store.records import (
@@ -218,6 +219,68 @@ FROM budget_snapshots
 ORDER BY account, taken_at DESC, id DESC
 """
 
+# The daemon's window reads. Filters are bound as one array parameter each, so a whole
+# cycle's running jobs cost one query.
+
+_SELECT_UTIL_SINCE_ALL: LiteralString = """
+SELECT idempotency_key, job_id, node, gpu_index, sampled_at, util_pct, mem_used_mb
+FROM util_samples
+WHERE sampled_at >= %(since)s
+ORDER BY sampled_at, id
+"""
+
+_SELECT_UTIL_SINCE_JOBS: LiteralString = """
+SELECT idempotency_key, job_id, node, gpu_index, sampled_at, util_pct, mem_used_mb
+FROM util_samples
+WHERE sampled_at >= %(since)s AND job_id = ANY(%(job_ids)s::bigint[])
+ORDER BY sampled_at, id
+"""
+
+_SELECT_DECISIONS_SINCE: LiteralString = """
+SELECT idempotency_key, cycle, job_id, kind, reason, decided_at, dry_run, details
+FROM decisions
+WHERE decided_at >= %(since)s
+ORDER BY decided_at, id
+"""
+
+_SELECT_DECISIONS_SINCE_KINDS: LiteralString = """
+SELECT idempotency_key, cycle, job_id, kind, reason, decided_at, dry_run, details
+FROM decisions
+WHERE decided_at >= %(since)s AND kind = ANY(%(kinds)s::text[])
+ORDER BY decided_at, id
+"""
+
+_SELECT_JOB_GPU_STATS_SINCE: LiteralString = """
+SELECT idempotency_key, job_id, job_name, user_name AS "user", account, node, gpu_index,
+       peak_mem_mb, mean_util_pct, ended_at, started_at, gpu_type
+FROM job_gpu_stats
+WHERE ended_at >= %(since)s
+ORDER BY ended_at, id
+"""
+
+_SELECT_AUDIT_BY_KEYS: LiteralString = """
+SELECT idempotency_key, actor, action, target, at, details
+FROM audit_log
+WHERE idempotency_key = ANY(%(keys)s::text[])
+"""
+
+# Newest first so that LIMIT keeps the newest; the caller reverses to oldest first.
+_SELECT_HEALTH_SINCE_ALL: LiteralString = """
+SELECT idempotency_key, node, check_id, severity, message, observed_at, gpu_index, details
+FROM health_events
+WHERE observed_at >= %(since)s
+ORDER BY observed_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+_SELECT_HEALTH_SINCE_CHECKS: LiteralString = """
+SELECT idempotency_key, node, check_id, severity, message, observed_at, gpu_index, details
+FROM health_events
+WHERE observed_at >= %(since)s AND check_id = ANY(%(check_ids)s::text[])
+ORDER BY observed_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
 # A job's peak is its largest per-GPU peak; of each (user, job_name) keep the newest
 # ``runs`` jobs (last ended_at, then last insert) and take the interpolated p95.
 _SELECT_GPU_MEM_PROFILES: LiteralString = """
@@ -241,11 +304,6 @@ WHERE rank <= %(runs)s
 GROUP BY user_name, job_name
 ORDER BY user_name, job_name
 """
-
-
-def _check_limit(limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be a non-negative int, got {limit!r}")
 
 
 class PostgresStore:
@@ -428,7 +486,7 @@ class PostgresStore:
     def recent_health_events(
         self, node: str | None = None, since: datetime | None = None, limit: int = 1000
     ) -> list[HealthEvent]:
-        _check_limit(limit)
+        check_limit(limit)
         bound = check_since(since)
         params = {"node": node, "since": bound, "limit": limit}
         if node is None and bound is None:
@@ -440,7 +498,7 @@ class PostgresStore:
         return self._select(HealthEvent, _SELECT_HEALTH_NODE_SINCE, params)
 
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
-        _check_limit(limit)
+        check_limit(limit)
         return self._select(
             JobGpuStats,
             _SELECT_JOB_GPU_STATS,
@@ -487,3 +545,61 @@ class PostgresStore:
         check_runs(runs)
         rows = self._select(GpuMemProfile, _SELECT_GPU_MEM_PROFILES, {"runs": runs})
         return sorted(rows, key=lambda p: (p.user, p.job_name))
+
+    # --- the daemon's window reads ---
+
+    def util_samples_since(
+        self, since: datetime, job_ids: Collection[int] | None = None
+    ) -> list[UtilSample]:
+        bound = require_since(since)
+        ids = int_filter("job_ids", job_ids)
+        if ids is None:
+            return self._select(UtilSample, _SELECT_UTIL_SINCE_ALL, {"since": bound})
+        if not ids:
+            return []
+        return self._select(
+            UtilSample, _SELECT_UTIL_SINCE_JOBS, {"since": bound, "job_ids": ids}
+        )
+
+    def decisions_since(
+        self, since: datetime, kinds: Collection[str] | None = None
+    ) -> list[Decision]:
+        bound = require_since(since)
+        wanted = text_filter("kinds", kinds)
+        if wanted is None:
+            return self._select(Decision, _SELECT_DECISIONS_SINCE, {"since": bound})
+        if not wanted:
+            return []
+        return self._select(
+            Decision, _SELECT_DECISIONS_SINCE_KINDS, {"since": bound, "kinds": wanted}
+        )
+
+    def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:
+        bound = require_since(since)
+        return self._select(JobGpuStats, _SELECT_JOB_GPU_STATS_SINCE, {"since": bound})
+
+    def audit_by_keys(self, keys: Collection[str]) -> dict[str, AuditEntry]:
+        wanted = text_filter("keys", keys, optional=False)
+        if not wanted:
+            return {}
+        rows = self._select(AuditEntry, _SELECT_AUDIT_BY_KEYS, {"keys": wanted})
+        return {entry.idempotency_key: entry for entry in rows}
+
+    def health_events_since(
+        self,
+        since: datetime,
+        check_ids: Collection[str] | None = None,
+        limit: int = 10000,
+    ) -> list[HealthEvent]:
+        check_limit(limit)
+        bound = require_since(since)
+        wanted = text_filter("check_ids", check_ids)
+        params = {"since": bound, "check_ids": wanted, "limit": limit}
+        if wanted is None:
+            rows = self._select(HealthEvent, _SELECT_HEALTH_SINCE_ALL, params)
+        elif not wanted:
+            return []
+        else:
+            rows = self._select(HealthEvent, _SELECT_HEALTH_SINCE_CHECKS, params)
+        rows.reverse()
+        return rows

@@ -8,6 +8,7 @@ survives outages). Code takes a ``Store`` and never knows which one it has.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -38,7 +39,10 @@ class Store(Protocol):
     Writes raise ``StoreUnavailable`` when the database cannot be reached,
     ``StoreIntegrityError`` when it refuses the data, ``StoreError`` otherwise.
     Readers return records equal to the ones written; ``since`` bounds are
-    inclusive and must be timezone-aware.
+    inclusive and must be timezone-aware. A reader given an empty filter
+    collection answers at once without a query, so even while the database is
+    unreachable; a malformed filter (one ``str`` for a collection, NUL, ints
+    beyond 64 bits) raises TypeError/ValueError before any query.
     """
 
     def record_health_event(self, event: HealthEvent) -> WriteOutcome: ...
@@ -93,6 +97,51 @@ class Store(Protocol):
         insertion order) are kept and ``p95_mem_mb`` is the 95th percentile of
         their peaks, linearly interpolated (PostgreSQL's ``percentile_cont``).
         ValueError if ``runs`` < 1.
+        """
+        ...
+
+    # --- the reconciler daemon's window reads (``since`` is mandatory and aware) ---
+
+    def util_samples_since(
+        self, since: datetime, job_ids: Collection[int] | None = None
+    ) -> list[UtilSample]:
+        """Samples with ``sampled_at >= since`` of ``job_ids`` (None: of every job).
+
+        Oldest first (sampled_at, then insertion order); an empty ``job_ids`` gives [].
+        """
+        ...
+
+    def decisions_since(
+        self, since: datetime, kinds: Collection[str] | None = None
+    ) -> list[Decision]:
+        """Decisions with ``decided_at >= since`` of ``kinds`` (None: of every kind).
+
+        Oldest first (decided_at, then insertion order); an empty ``kinds`` gives [].
+        """
+        ...
+
+    def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:
+        """Per-GPU rows with ``ended_at >= since``, oldest first (ended_at, insertion order)."""
+        ...
+
+    def audit_by_keys(self, keys: Collection[str]) -> dict[str, AuditEntry]:
+        """The audit entries whose idempotency key is in ``keys``, by key.
+
+        Keys with no entry are absent; an empty ``keys`` gives {}.
+        """
+        ...
+
+    def health_events_since(
+        self,
+        since: datetime,
+        check_ids: Collection[str] | None = None,
+        limit: int = 10000,
+    ) -> list[HealthEvent]:
+        """Events of any node with ``observed_at >= since`` of ``check_ids`` (None: all).
+
+        Of more than ``limit`` the newest ``limit`` are kept (as ``recent_health_events``
+        does), returned oldest first (observed_at, then insertion order). An empty
+        ``check_ids`` gives [].
         """
         ...
 

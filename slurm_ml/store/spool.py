@@ -23,7 +23,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -475,6 +475,30 @@ class SpoolingStore(OneWritePath):
 
     def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
         return self._inner.gpu_mem_profiles(runs)
+
+    def util_samples_since(
+        self, since: datetime, job_ids: Collection[int] | None = None
+    ) -> list[UtilSample]:
+        return self._inner.util_samples_since(since, job_ids)
+
+    def decisions_since(
+        self, since: datetime, kinds: Collection[str] | None = None
+    ) -> list[Decision]:
+        return self._inner.decisions_since(since, kinds)
+
+    def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:
+        return self._inner.job_gpu_stats_since(since)
+
+    def audit_by_keys(self, keys: Collection[str]) -> dict[str, AuditEntry]:
+        return self._inner.audit_by_keys(keys)
+
+    def health_events_since(
+        self,
+        since: datetime,
+        check_ids: Collection[str] | None = None,
+        limit: int = 10000,
+    ) -> list[HealthEvent]:
+        return self._inner.health_events_since(since, check_ids, limit)
 
     def close(self) -> None:
         self._inner.close()
