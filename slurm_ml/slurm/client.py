@@ -16,6 +16,7 @@ from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.slurm import parse
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
+from slurm_ml.slurm.priority import SPRIO_FORMAT, PriorityParts, parse_sprio, pick_parts
 from slurm_ml.slurm.protocol import SubmitRequest
 from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.slurm.version import SlurmVersion
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 # Messages scontrol prints for a job that ended between our read and our write:
 # not an error for a batch update, the job simply no longer needs a value.
 _GONE = ("Invalid job id", "Job has already finished", "already completing or completed")
+# What sprio says for a job it has no row for (22.05 prints the first on stdout, exit 0).
+_NOT_LISTED = ("Unable to find jobs", "Invalid job id")
 
 
 class CliSlurm:
@@ -84,15 +87,30 @@ class CliSlurm:
         return jobs
 
     def _fill_site_factor(self, jobs: list[Job]) -> list[Job]:
-        """Older squeue JSON lacks site_factor: take it from sprio for pending jobs."""
+        """22.05's squeue JSON lacks site_factor and nice: take both from sprio for pending
+        jobs."""
         if all(j.site_factor is not None or j.state != JobState.PENDING for j in jobs):
             return jobs
-        sites = self.site_factors()
-        return [replace(j, site_factor=sites.get(j.job_id, j.site_factor)) for j in jobs]
+        prio = parse.parse_sprio_site_nice(self.run(["sprio", "-h", "-o", "%i %S %N"]))
+        out = []
+        for j in jobs:
+            got = prio.get(j.job_id)
+            out.append(j if got is None else replace(j, site_factor=got[0], nice=got[1]))
+        return out
 
     def site_factors(self) -> dict[int, int]:
         """SiteFactor of every pending job, as ``sprio`` shows it."""
         return parse.parse_sprio_site(self.run(["sprio", "-h", "-o", "%i %S"]))
+
+    def priority_parts(self, job_id: int) -> PriorityParts | None:
+        """``sprio --jobs=ID -o SPRIO_FORMAT``: the job's row (its best partition's)."""
+        try:
+            out = self.run(["sprio", f"--jobs={job_id}", "-o", SPRIO_FORMAT])
+        except SlurmCommandError as exc:
+            if any(m in exc.stderr for m in _NOT_LISTED):
+                return None
+            raise
+        return pick_parts(parse_sprio(out), job_id)
 
     def set_site_factor(self, factors: Mapping[int, int]) -> int:
         """Set SiteFactor for many jobs; returns how many scontrol processes it took.

@@ -3,23 +3,29 @@
 It keeps jobs, nodes and accounting in dicts and behaves like slurmctld for
 the operations in :class:`SlurmClient` (unknown ids raise SlurmCommandError
 with Slurm's own message, requeue puts a job back to PENDING, and so on).
-It also counts calls, so tests can check batching.
+It also counts calls, so tests can check batching. Tests shape jobs with
+:meth:`FakeSlurm.add_job`, :meth:`~FakeSlurm.set_job` and the state helpers
+(:meth:`~FakeSlurm.start`, :meth:`~FakeSlurm.pend`, :meth:`~FakeSlurm.completing`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError
+from slurm_ml.slurm.priority import PriorityParts
 from slurm_ml.slurm.protocol import SubmitRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 from slurm_ml.slurm.version import SlurmVersion
 
 _ENDED = {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
           JobState.NODE_FAIL, JobState.PREEMPTED, JobState.OUT_OF_MEMORY}
+#: Pending reasons sprio has no row for: slurmctld computes no priority for these jobs.
+_NO_PRIORITY = {"JobHeldUser", "JobHeldAdmin", "Dependency", "BeginTime"}
 
 
 class FakeSlurm:
@@ -29,6 +35,8 @@ class FakeSlurm:
         self.jobs: dict[int, Job] = {}
         self.usage: list[JobUsage] = []
         self.runaway: set[int] = set()
+        #: Weighted priority factors per job (PriorityParts field -> value), for sprio.
+        self.factors: dict[int, dict[str, int]] = {}
         self.calls: list[tuple[str, ...]] = []
         self.batch_size = batch_size
         self._version = SlurmVersion.parse(version)
@@ -107,6 +115,21 @@ class FakeSlurm:
         return {j.job_id: j.site_factor or 0 for j in self.jobs.values()
                 if j.state is JobState.PENDING}
 
+    def priority_parts(self, job_id: int) -> PriorityParts | None:
+        """Like sprio: pending, eligible jobs only; priority = site + factors - nice."""
+        self._call("sprio", f"--jobs={job_id}")
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING or job.reason in _NO_PRIORITY:
+            return None
+        f = self.factors.get(job_id, {})
+        parts = PriorityParts(
+            job_id=job_id, partition=job.partition.split(",")[0],
+            priority=0, site=job.site_factor or 0, age=f.get("age", 0),
+            assoc=f.get("assoc", 0), fairshare=f.get("fairshare", 0),
+            job_size=f.get("job_size", 0), partition_factor=f.get("partition_factor", 0),
+            qos=f.get("qos", 0), nice=job.nice)
+        return replace(parts, priority=max(1, parts.factor_sum))
+
     def _job(self, jid: int) -> Job:
         job = self.jobs.get(jid)
         if job is None or job.state in _ENDED:
@@ -114,12 +137,16 @@ class FakeSlurm:
         return job
 
     def requeue(self, job_ids: Sequence[int]) -> None:
+        """Slurm's order of refusals: unknown, not requeueable, then pending."""
         self._call("scontrol", "requeue", *map(str, job_ids))
         for jid in job_ids:
             job = self._job(jid)
             if not job.requeue:
                 raise self._err(f"Requested operation is presently disabled for job {jid}")
-            self.jobs[jid] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes="")
+            if job.state is JobState.PENDING:
+                raise self._err(f"Job is pending execution for job {jid}")
+            self.jobs[jid] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes="",
+                                     start_time=None, end_time=None)
 
     def cancel(self, job_ids: Sequence[int]) -> None:
         self._call("scancel", *map(str, job_ids))
@@ -131,10 +158,35 @@ class FakeSlurm:
         for jid in job_ids:
             self.jobs[jid] = replace(self._job(jid), reason="None")
 
+    # ------------------------------------------------------- test helpers
+    def add_job(self, job: Job) -> int:
+        """Put ``job`` in the queue as it is (any state and fields); returns its id."""
+        self.jobs[job.job_id] = job
+        self._next_id = max(self._next_id, job.job_id + 1)
+        return job.job_id
+
+    def set_job(self, jid: int, **changes: Any) -> Job:
+        """Change any Job fields of ``jid`` (nice, batch, requeue, qos, ...); no call is
+        counted: this is the test arranging the world, not a client acting on it."""
+        self.jobs[jid] = job = replace(self.jobs[jid], **changes)
+        return job
+
     def start(self, jid: int, nodes: str, at: int) -> None:
-        """Test helper: the scheduler started ``jid`` on ``nodes`` at ``at``."""
+        """The scheduler started ``jid`` on ``nodes`` at ``at``."""
         self.jobs[jid] = replace(self._job(jid), state=JobState.RUNNING, nodes=nodes,
-                                 start_time=at)
+                                 start_time=at, reason="None")
+
+    def pend(self, jid: int, *, reason: str = "Priority", submit_time: int | None = None) -> None:
+        """``jid`` waits in the queue for ``reason``; it holds no nodes."""
+        job = self._job(jid)
+        self.jobs[jid] = replace(job, state=JobState.PENDING, reason=reason, nodes="",
+                                 start_time=None, end_time=None,
+                                 submit_time=job.submit_time if submit_time is None
+                                 else submit_time)
+
+    def completing(self, jid: int, end_time: int) -> None:
+        """``jid`` ended at ``end_time`` but its nodes have not finished cleaning up."""
+        self.jobs[jid] = replace(self._job(jid), state=JobState.COMPLETING, end_time=end_time)
 
     def _node(self, name: str) -> Node:
         if name not in self.nodes:
@@ -157,6 +209,7 @@ class FakeSlurm:
         return sorted(self.runaway)
 
     def fix_runaway_jobs(self) -> list[int]:
+        """Returns the ids it fixed; they are runaway no more (and count in job_usage)."""
         fixed = self.list_runaway_jobs()
-        self.runaway.clear()
+        self.runaway.difference_update(fixed)
         return fixed

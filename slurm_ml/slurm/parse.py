@@ -166,7 +166,7 @@ def parse_scontrol_nodes(text: str) -> list[Node]:
 # ---------------------------------------------------------------- sacct -P
 
 SACCT_FIELDS = ("JobID", "User", "Account", "QOS", "State", "ElapsedRaw", "AllocTRES",
-                "Start", "End", "JobName")
+                "Start", "End", "JobName", "Submit")
 
 
 def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[JobUsage]:
@@ -180,10 +180,11 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
         if not line.strip():
             continue
         parts = line.split("|")
-        if len(parts) < len(SACCT_FIELDS):
+        if len(parts) < len(SACCT_FIELDS) - 1:  # Submit (last) was added later: optional
             raise SlurmParseError(f"sacct line has {len(parts)} fields, want "
                                   f"{len(SACCT_FIELDS)}: {line!r}")
         jid, user, account, qos, state, _elapsed, tres, start, end = parts[:9]
+        submit = parts[10] if len(parts) > 10 else None
         base_id = jid.split(".")[0]
         if not re.fullmatch(r"\d+(_\d+)?", base_id):
             continue  # steps, array ranges and het components are not charged twice
@@ -203,6 +204,7 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
             alloc_tres=parse_tres(tres),
             start=start_s,
             end=end_s,
+            submit=_int_or_none(submit),
         ))
     return out
 
@@ -211,12 +213,22 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
 
 def parse_sprio_site(text: str) -> dict[int, int]:
     """``sprio -h -o "%i %S"`` → {job id: site factor}."""
-    out: dict[int, int] = {}
+    return {job: site for job, (site, _nice) in parse_sprio_site_nice(text).items()}
+
+
+def parse_sprio_site_nice(text: str) -> dict[int, tuple[int, int]]:
+    """``sprio -h -o "%i %S %N"`` → {job id: (site factor, nice)}; nice 0 when absent."""
+    out: dict[int, tuple[int, int]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].lstrip("-").isdigit():
-            out[int(parts[0])] = int(parts[1])
+        if len(parts) >= 2 and parts[0].isdigit() and _signed(parts[1]):
+            nice = int(parts[2]) if len(parts) >= 3 and _signed(parts[2]) else 0
+            out[int(parts[0])] = (int(parts[1]), nice)
     return out
+
+
+def _signed(text: str) -> bool:
+    return text.lstrip("-").isdigit()
 
 
 # ---------------------------------------------------------------- runaway
@@ -297,7 +309,15 @@ def job_from_json(j: Mapping[str, Any]) -> Job:
         features=str(j.get("features") or ""),
         comment=str(j.get("comment") or ""),
         admin_comment=str(j.get("admin_comment") or ""),
+        nice=_json_nice(j.get("nice")),
+        end_time=json_number(j.get("end_time")) or None,
+        batch=bool(j.get("batch_flag", True)),
     )
+
+
+def _json_nice(value: Any) -> int:
+    """22.05 prints null for nice; later versions a plain int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def parse_squeue_json(text: str) -> list[Job]:

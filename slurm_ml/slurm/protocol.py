@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.slurm.priority import PriorityParts
 from slurm_ml.slurm.version import SlurmVersion
 
 
@@ -53,6 +54,11 @@ class SlurmClient(Protocol):
     def set_site_factor(self, factors: Mapping[int, int]) -> int: ...
 
     def site_factors(self) -> dict[int, int]: ...
+
+    def priority_parts(self, job_id: int) -> PriorityParts | None:
+        """A pending job's priority and its factors; None when sprio does not list it
+        (not pending, held, not yet eligible, unknown)."""
+        ...
 
     def requeue(self, job_ids: Sequence[int]) -> None: ...
 

@@ -58,7 +58,9 @@ class SiteParams:
     scheduler_extra: str = ""  # more SchedulerParameters, e.g. "bf_interval=5"
     priority_weight_fairshare: int = 100
     priority_weight_age: int = 100
-    priority_weight_qos: int = 1000
+    # alloc (QOS Priority 100 = factor 1.0) above any SiteFactor band, free below: the
+    # reconciler ranks within each tier (100k associations x site_factor_step 1000).
+    priority_weight_qos: int = 100_000_000
     header: str = "Do not edit by hand: re-render instead."
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import pytest
 
 from slurm_ml.model import JobState, JobUsage, Node
@@ -69,3 +72,78 @@ def test_usage_window_and_runaways() -> None:
     assert [(u.job_id, u.elapsed_s) for u in got] == [(1, 3600)]
     assert s.fix_runaway_jobs() == [2]
     assert {u.job_id for u in s.job_usage(3600, 10800)} == {1, 2}
+
+
+def test_requeue_of_a_pending_job_is_refused_like_slurm() -> None:
+    s = FakeSlurm()
+    a = s.submit(SubmitRequest(user="alice", requeue=True))
+    b = s.submit(SubmitRequest(user="bob", requeue=False))
+    with pytest.raises(SlurmCommandError, match=f"Job is pending execution for job {a}"):
+        s.requeue([a])
+    with pytest.raises(SlurmCommandError, match="disabled"):  # Slurm checks the flag first
+        s.requeue([b])
+    with pytest.raises(SlurmCommandError, match="Invalid job id"):
+        s.requeue([999])
+
+
+@pytest.mark.parametrize("arrange", [
+    pytest.param(lambda s, j: s.start(j, "gpu[01-02]", at=100), id="running"),
+    pytest.param(lambda s, j: (s.start(j, "gpu01", at=100), s.completing(j, end_time=200)),
+                 id="completing"),
+])
+def test_requeue_puts_a_started_job_back_in_the_queue(
+        arrange: Callable[[FakeSlurm, int], object]) -> None:
+    s = FakeSlurm()
+    jid = s.submit(SubmitRequest(user="alice", requeue=True))
+    arrange(s, jid)
+    s.requeue([jid])
+    job = s.jobs[jid]
+    assert (job.state, job.reason, job.nodes, job.start_time, job.end_time) == (
+        JobState.PENDING, "BeginTime", "", None, None)
+    assert s.calls[-1] == ("scontrol", "requeue", str(jid))
+
+
+def test_state_helpers_set_what_the_daemon_reads() -> None:
+    s = FakeSlurm()
+    jid = s.submit(SubmitRequest(user="alice", qos="free", requeue=False))
+    s.pend(jid, reason="Resources", submit_time=50)
+    assert (s.jobs[jid].state, s.jobs[jid].reason, s.jobs[jid].submit_time) == (
+        JobState.PENDING, "Resources", 50)
+    s.start(jid, "gpu03", at=100)
+    assert (s.jobs[jid].state, s.jobs[jid].nodes, s.jobs[jid].start_time) == (
+        JobState.RUNNING, "gpu03", 100)
+    s.completing(jid, end_time=160)
+    assert (s.jobs[jid].state, s.jobs[jid].end_time, s.jobs[jid].nodes) == (
+        JobState.COMPLETING, 160, "gpu03")
+    job = s.set_job(jid, nice=200, batch=False, requeue=True, qos="alloc")
+    assert (job.nice, job.batch, job.requeue, job.qos) == (200, False, True, "alloc")
+    assert s.jobs[jid] is job
+    assert [c[0] for c in s.calls] == ["sbatch"]  # arranging the world is not a client call
+
+
+def test_add_job_keeps_ids_unique() -> None:
+    s = FakeSlurm()
+    template = s.jobs[s.submit(SubmitRequest(user="alice"))]
+    assert s.add_job(replace(template, job_id=40, batch=False)) == 40
+    assert s.submit(SubmitRequest(user="bob")) == 41
+    assert not s.jobs[40].batch
+
+
+def test_cancel_leaves_the_active_states() -> None:
+    s = FakeSlurm()
+    a = s.submit(SubmitRequest(user="alice"))
+    b = s.submit(SubmitRequest(user="bob"))
+    s.start(a, "gpu01", at=0)
+    s.cancel([a, b])
+    active = {JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING}
+    assert s.list_jobs(states=active) == []
+    assert {s.jobs[a].state, s.jobs[b].state} == {JobState.CANCELLED}
+
+
+def test_fix_runaway_returns_the_ids_and_clears_them() -> None:
+    s = FakeSlurm()
+    s.runaway = {7, 3}
+    assert s.list_runaway_jobs() == [3, 7]
+    assert s.fix_runaway_jobs() == [3, 7]
+    assert s.runaway == set() and s.list_runaway_jobs() == [] and s.fix_runaway_jobs() == []
+    assert s.calls.count(("sacctmgr", "show", "runawayjobs")) == 4
