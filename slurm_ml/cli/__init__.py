@@ -19,7 +19,7 @@ import click
 from slurm_ml import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "conf" / "slurm-ml.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
 DEFAULT_STATE = Path.cwd() / ".devcluster"
 
 
@@ -546,6 +546,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         run_admission_cases,
         run_demo,
         run_health_demo,
+        run_reconciler_demo,
     )
     from slurm_ml.slurm.client import CliSlurm
     from slurm_ml.slurm.parse import parse_oneliner
@@ -572,6 +573,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
                      "-o", "JobID,JobName%28,User,Account%14,QOS,State,AllocTRES%60"])
         env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(cluster.config_path)}
         health_steps = run_health_demo(cluster.cfg, cluster.layout, env, say)
+        reconciler_steps = run_reconciler_demo(env, say)
     except _devcluster_errors() as exc:
         _fail(str(exc))
     status = cluster.status()
@@ -580,6 +582,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
                                              for c in cases],
                                "jobs": [asdict(j) for j in jobs],
                                "health": [asdict(st) for st in health_steps],
+                               "reconciler": [asdict(st) for st in reconciler_steps],
                                "status": status},
                               indent=2, default=str))
         return
@@ -596,6 +599,11 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
     click.echo("== sample jobs (sacct) ==\n" + sacct)
     click.echo("== node health: a GPU fault caught by the prolog, then repaired ==")
     for n, st in enumerate(health_steps, 1):
+        click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
+        for line in st.output.splitlines():
+            click.echo(f"  | {line}")
+    click.echo("\n== reconciler: budgets, fair share and what operators see ==")
+    for n, st in enumerate(reconciler_steps, 1):
         click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
         for line in st.output.splitlines():
             click.echo(f"  | {line}")
@@ -730,5 +738,8 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
         sys.exit(EXIT_FAILED)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+# The reconciler's commands live in their own module; importing it registers them.
+from slurm_ml.cli import reconciler as _reconciler  # noqa: E402
+
+__all__ = ["main"]
+assert _reconciler  # registered for its side effect
