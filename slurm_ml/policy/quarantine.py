@@ -10,6 +10,7 @@ stays up until an operator resets it. Pure: the clock and the history come in as
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +18,15 @@ from datetime import datetime, timedelta
 from slurm_ml.config import QuarantineConfig
 
 OWNED_PREFIX = "slurm-ml:"
+#: What may appear in a drain reason: nothing that needs quoting for ``scontrol update
+#: reason=...`` or breaks ``sinfo -o`` parsing (no quotes, backslashes, newlines, |, ;).
+_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/()+,#%<>=-]+")
+
+
+def clean_reason(text: str) -> str:
+    """Text made safe for a drain reason: unsafe characters become spaces, runs of
+    whitespace one space."""
+    return " ".join(_UNSAFE.sub(" ", text).split())
 
 
 def owned(reason: str) -> bool:

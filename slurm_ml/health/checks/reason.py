@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from slurm_ml.health.checks.findings import Finding, Severity, sort_findings
+from slurm_ml.policy.quarantine import OWNED_PREFIX, clean_reason
 
 #: Every drain reason slurm-ml writes starts with this; only such drains are ever resumed
 #: automatically (DESIGN.md; NHC's "NHC:" convention, research §6).
-PREFIX = "slurm-ml: "
-#: What may appear in a reason: nothing that needs quoting for ``scontrol update
-#: reason=...`` or breaks ``sinfo -o`` parsing (no quotes, backslashes, newlines, |, ;).
-_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/()+,#%<>=-]+")
+PREFIX = OWNED_PREFIX + " "
 
 
 def worst(findings: Iterable[Finding]) -> Severity | None:
@@ -21,9 +18,8 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 
 def clean(text: str) -> str:
-    """Text made safe for a drain reason: unsafe characters become spaces, runs of
-    whitespace one space."""
-    return " ".join(_UNSAFE.sub(" ", text).split())
+    """Text made safe for a drain reason (see ``policy.quarantine.clean_reason``)."""
+    return clean_reason(text)
 
 
 def drain_reason(findings: Iterable[Finding], limit: int = 99) -> str:

@@ -1,0 +1,310 @@
+"""Scheduling contracts: time slicing by requeue, so that fair share converges.
+
+Slurm preempts by QOS tier, never by fair share (research §1.6), so a week-long job of an
+over-served allocation would otherwise hold its GPUs while an under-served one waits. The
+contract (Ai2, DESIGN.md): a job's minimum runtime is protected; after it, a *resumable*
+allocated job of an over-served allocation may be requeued for a *starved* job of an
+under-served one. Guards, each from a system that learned it the hard way:
+
+* hysteresis: the victim's delivered/owed exceeds the preemptor's by ``preempt_min_gap``
+  (HTCondor's "20 % better priority" against thrashing);
+* loop-free: the preemptor's point-in-time share after the swap is at most the victim's
+  (Kueue ``LessThanOrEqualToFinalShare``), so two allocations can never requeue each other
+  back and forth;
+* youngest victims first, from the most over-served allocation (Hadoop: least lost work);
+* a preemption budget: a per-job cooldown and a cluster cap of
+  ``floor(preempt_cap_fraction x total GPUs)`` GPUs per ``preempt_cap_window_s``.
+
+Small clusters: the cap is a floor, so at the defaults (5 % per 10 min) a 40-GPU cluster
+may requeue at most 2 GPUs per 10 min, which means a starved job needing more than 2 GPUs
+beyond the free ones is never served by requeue there, and a cluster under 20 GPUs never
+requeues at all. Raise ``preempt_cap_fraction`` on small clusters (0.2 on 40 GPUs allows
+one 8-GPU swap per window).
+
+Simplifications, on purpose: free GPUs are counted per type over the whole cluster (not
+per node), and freed GPUs are assumed to go to the starved job (it ranks first by
+SiteFactor). Free-QOS jobs are never victims here: Slurm's preempt/qos handles them.
+
+Pure: ``now`` (epoch seconds), the jobs, positions and history come in as values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from slurm_ml.config import ContractsConfig
+from slurm_ml.model import ALLOC_QOS
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+
+#: Pending reasons (the text before any comma, spaces as underscores) that mean "would
+#: start if GPUs were free". Holds, dependencies, begin times, association/QOS limits,
+#: reservations and licences are excluded: freeing GPUs does not start those jobs.
+STARVED_REASONS = frozenset({
+    "Resources",
+    "Priority",
+    "ReqNodeNotAvail",  # also "ReqNodeNotAvail, UnavailableNodes:gpu[01-02]"
+    "Nodes_required_for_job_are_DOWN",  # the long form scontrol prints for the same wait
+})
+
+#: Float slack for share and ratio comparisons (1.15 - 0.95 < 0.2 in floats).
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationPosition:
+    """Where an allocation (project account) stands now."""
+
+    account: str
+    budget_share: float  # fraction of the cluster
+    ratio: float | None  # window delivered/owed; None = nothing owed
+    running_billing_gpus: float  # billing GPUs of its alloc jobs running now
+
+    @property
+    def share(self) -> float:
+        """Point-in-time share: running billing GPUs per unit of budget (inf without one)."""
+        if self.budget_share <= 0:
+            return math.inf
+        return self.running_billing_gpus / self.budget_share
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionLedger:
+    """What slurm-ml requeued before (from the audit log)."""
+
+    last_requeue: Mapping[int, int]  # job id -> epoch of slurm-ml's last requeue of it
+    recent: Sequence[tuple[int, int]]  # (epoch, gpus) of slurm-ml requeues
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Requeue ``victim`` so that ``for_job`` can start."""
+
+    victim: int
+    for_job: int
+    victim_account: str
+    for_account: str
+    gpus: int
+    reason: str  # one human sentence an operator and the victim's owner can read
+    details: dict[str, object]  # JSON-able: ratios, shares before/after, waited_s, ran_s, ...
+
+
+def preemption_cap(total_gpus: int, cfg: ContractsConfig) -> int:
+    """GPUs slurm-ml may requeue per window: a floor, so small clusters may get 0."""
+    return max(0, math.floor(cfg.preempt_cap_fraction * total_gpus))
+
+
+def preemption_budget_left(now: int, ledger: PreemptionLedger, total_gpus: int,
+                           cfg: ContractsConfig) -> int:
+    """GPUs that may still be requeued now: the cap less the requeues in the window."""
+    used = sum(g for at, g in ledger.recent if now - at < cfg.preempt_cap_window_s)
+    return max(0, preemption_cap(total_gpus, cfg) - used)
+
+
+def loop_free(preemptor: AllocationPosition, need_billing: float, victim: AllocationPosition,
+              victim_billing: float) -> bool:
+    """Kueue's LessThanOrEqualToFinalShare on point-in-time shares: after the swap the
+    preemptor's share, (run_p + need_p)/w_p, is at most the victim's, (run_v - b_v)/w_v.
+
+    Then the reverse swap would need the victim's share plus a positive amount to be at
+    most the preemptor's share minus a positive amount, which cannot hold: no ping-pong.
+    """
+    if preemptor.budget_share <= 0 or victim.budget_share <= 0:
+        return False
+    after_p = (preemptor.running_billing_gpus + need_billing) / preemptor.budget_share
+    after_v = (victim.running_billing_gpus - victim_billing) / victim.budget_share
+    return after_p <= after_v + _EPS
+
+
+def effective_ratio(pos: AllocationPosition) -> float | None:
+    """delivered/owed for comparisons: nothing owed but a budget counts as 0 (it is
+    demanding now and has had nothing); no budget counts as unknown (None)."""
+    if pos.ratio is not None:
+        return pos.ratio
+    return 0.0 if pos.budget_share > 0 else None
+
+
+def starving_reason(reason: str) -> bool:
+    """Whether a pending reason is one that freeing GPUs can end (see STARVED_REASONS)."""
+    if "maintenance" in reason.lower():  # "ReqNodeNotAvail, Reserved for maintenance"
+        return False
+    head = reason.split(",", 1)[0].strip().replace(" ", "_")
+    return head in STARVED_REASONS
+
+
+def protected_s(job: RunningJob, cfg: ContractsConfig) -> int:
+    """The run time a job is protected for: its --time-min, capped; unknown = the cap."""
+    cap = int(cfg.min_runtime_cap_hours * 3600)
+    return cap if job.time_min_s is None else min(job.time_min_s, cap)
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    return "nothing owed yet" if ratio is None else f"delivered/owed {ratio:.2f}"
+
+
+def _free_for(job: WaitingJob, free: Mapping[str, int]) -> int:
+    """The most GPUs of one acceptable type that are free now."""
+    return max((n for t, n in free.items() if job.accepts(t)), default=0)
+
+
+@dataclass(slots=True)
+class _State:
+    """What a plan has changed so far: the next decision sees it."""
+
+    positions: dict[str, AllocationPosition]
+    free: dict[str, int]
+    taken: set[int]
+    budget_left: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    gpu_type: str
+    victims: tuple[RunningJob, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(v.gpus for v in self.victims)
+
+
+def is_starved(now: int, job: WaitingJob, pos: AllocationPosition | None,
+               free: Mapping[str, int], cfg: ContractsConfig) -> bool:
+    """An allocated job of an under-served allocation that has waited long enough for a
+    reason freed GPUs can end, and cannot start on the GPUs free now."""
+    if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
+        return False
+    ratio = effective_ratio(pos)
+    if ratio is None or ratio >= 1:
+        return False
+    if now - job.submit < cfg.preempt_after_wait_s or not starving_reason(job.reason):
+        return False
+    return _free_for(job, free) < job.gpus
+
+
+def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
+                   positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
+                   cfg: ContractsConfig) -> str | None:
+    """Why ``victim`` may not be requeued for ``for_job`` (None = it may)."""
+    if victim.qos != ALLOC_QOS:
+        return "not allocated work (free-QOS jobs are preempted by Slurm itself)"
+    if not victim.requeue:
+        return "not resumable (submitted without --requeue)"
+    if not victim.batch:
+        return "interactive session"
+    if victim.gpus <= 0 or not for_job.accepts(victim.gpu_type):
+        return "GPU type not acceptable to the waiting job"
+    if victim.ran_s(now) < protected_s(victim, cfg):
+        return "inside its protected minimum runtime"
+    last = ledger.last_requeue.get(victim.job_id)
+    if last is not None and now - last < cfg.requeue_cooldown_s:
+        return "requeued by slurm-ml within the cooldown"
+    vpos = positions.get(victim.account)
+    ppos = positions.get(for_job.account)
+    if vpos is None or ppos is None or vpos.account == ppos.account:
+        return "no budget position"
+    v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
+    if v_ratio is None or v_ratio <= 1:
+        return "its allocation is not over-served"
+    if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
+        return "delivered/owed gap below preempt_min_gap"
+    if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
+        return "the waiting allocation would end above the victim's share (loop-free rule)"
+    return None
+
+
+def _shift(positions: dict[str, AllocationPosition], account: str, delta: float) -> None:
+    pos = positions[account]
+    positions[account] = replace(pos, running_billing_gpus=pos.running_billing_gpus + delta)
+
+
+def _option(now: int, job: WaitingJob, gpu_type: str, *, running: Sequence[RunningJob],
+            ledger: PreemptionLedger, state: _State, cfg: ContractsConfig) -> _Option | None:
+    """Victims of ``gpu_type`` that free enough for ``job``: most over-served allocation
+    first, youngest first; None unless the need is fully covered within the budget."""
+    short = job.gpus - state.free.get(gpu_type, 0)
+    positions = dict(state.positions)
+    pool = [r for r in running if r.gpu_type == gpu_type and r.job_id not in state.taken
+            and r.account in positions]
+    pool.sort(key=lambda r: (-(positions[r.account].ratio or 0.0), r.account, -r.start,
+                             -r.job_id))
+    chosen: list[RunningJob] = []
+    freed = 0
+    for victim in pool:
+        if freed >= short:
+            break
+        if victim_blocker(now, victim, job, positions=positions, ledger=ledger,
+                          cfg=cfg) is not None:
+            continue
+        if freed + victim.gpus > state.budget_left:
+            continue
+        chosen.append(victim)
+        freed += victim.gpus
+        _shift(positions, victim.account, -victim.billing_gpus)
+    return _Option(gpu_type, tuple(chosen)) if freed >= short else None
+
+
+def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
+              before: Mapping[str, AllocationPosition], after: Mapping[str, AllocationPosition],
+              opt: _Option, state: _State, cfg: ContractsConfig) -> Requeue:
+    vb, va = before[victim.account], after[victim.account]
+    pb, pa = before[job.account], after[job.account]
+    guard = protected_s(victim, cfg)
+    runtime = (f"its {guard // 60}-min minimum runtime" if victim.time_min_s is not None
+               else f"{guard // 60} min (the cap; it set no --time-min)")
+    reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} "
+              f"({_fmt_ratio(pb.ratio)}) can start; {victim.account} is over-served "
+              f"({_fmt_ratio(vb.ratio)})")
+    details: dict[str, object] = {
+        "victim_ratio": vb.ratio, "for_ratio": pb.ratio,
+        "victim_share_before": vb.share, "victim_share_after": va.share,
+        "for_share_before": pb.share, "for_share_after": pa.share,
+        "victim_budget_share": vb.budget_share, "for_budget_share": pb.budget_share,
+        "waited_s": now - job.submit, "ran_s": victim.ran_s(now), "protected_s": guard,
+        "gpu_type": opt.gpu_type, "victim_billing_gpus": victim.billing_gpus,
+        "for_billing_gpus": job.billing_gpus, "for_gpus": job.gpus,
+        "free_gpus_before": state.free.get(opt.gpu_type, 0), "plan_gpus": opt.gpus,
+        "budget_left_before": state.budget_left, "min_gap": cfg.preempt_min_gap,
+    }
+    return Requeue(victim=victim.job_id, for_job=job.job_id, victim_account=victim.account,
+                   for_account=job.account, gpus=victim.gpus, reason=reason, details=details)
+
+
+def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per input)
+        now: int, running: Sequence[RunningJob], waiting: Sequence[WaitingJob],
+        positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
+        free_gpus: Mapping[str, int], total_gpus: int, cfg: ContractsConfig) -> list[Requeue]:
+    """Requeues that let starved jobs start, in scheduling order, within the budget.
+
+    Each starved job is served on one GPU type (the option requeuing the fewest GPUs,
+    then the fewest jobs, then the type name) or not at all; a job the budget cannot
+    cover is skipped and the next starved job is considered. Positions, free GPUs and
+    the budget are updated after each job so that later decisions see the new shares.
+    """
+    state = _State(positions=dict(positions), free=dict(free_gpus), taken=set(),
+                   budget_left=preemption_budget_left(now, ledger, total_gpus, cfg))
+    out: list[Requeue] = []
+    for job in sorted(waiting, key=lambda w: (w.order, w.job_id)):
+        if state.budget_left <= 0:
+            break
+        pos = state.positions.get(job.account)
+        if not is_starved(now, job, pos, state.free, cfg):
+            continue
+        types = sorted({r.gpu_type for r in running if job.accepts(r.gpu_type)
+                        and r.gpu_type is not None})
+        options = [o for t in types
+                   if (o := _option(now, job, t, running=running, ledger=ledger, state=state,
+                                    cfg=cfg)) is not None]
+        if not options:
+            continue
+        best = min(options, key=lambda o: (o.gpus, len(o.victims), o.gpu_type))
+        before = dict(state.positions)
+        for victim in best.victims:
+            _shift(state.positions, victim.account, -victim.billing_gpus)
+        _shift(state.positions, job.account, job.billing_gpus)
+        out.extend(_describe(now, v, job, before=before, after=state.positions, opt=best,
+                             state=state, cfg=cfg) for v in best.victims)
+        state.taken.update(v.job_id for v in best.victims)
+        state.free[best.gpu_type] = state.free.get(best.gpu_type, 0) + best.gpus - job.gpus
+        state.budget_left -= best.gpus
+    return out
