@@ -14,6 +14,12 @@ Utilisation samples (for the daemon's zombie detection) are best effort: a GPU's
 processes map to a job through ``procs`` (cgroup / SLURM_JOB_ID); without ``procs`` the
 GPUs with processes are attributed only when exactly one job runs on the node. GPUs
 whose probe reading lacks utilisation or memory are skipped.
+
+Orphan GPU processes: with ``procs``, a live process on a GPU that belongs to no job
+running on the node is recorded as one ``process.orphan`` event per GPU (severity
+"flag": it never drains here; the reconciler daemon drains the node with an owned
+reason). Without ``procs``, or when Slurm did not say which jobs run here, nothing is
+recorded: an unknown owner is not evidence of an orphan.
 """
 
 from __future__ import annotations
@@ -36,12 +42,13 @@ from slurm_ml.hooks.record import Recorder, finding_events, run_key
 from slurm_ml.hooks.stats import util_samples
 from slurm_ml.model import Job, Node
 from slurm_ml.policy.quarantine import may_resume, owned, pass_streak
+from slurm_ml.policy.reclaim import ORPHAN_CHECK
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import AuditEntry, HealthEvent, derive_key
 
-__all__ = ["PeriodicOutcome", "run_periodic"]
+__all__ = ["ORPHAN_CHECK", "PeriodicOutcome", "run_periodic"]
 
 log = logging.getLogger(__name__)
 HOOK = "periodic"
@@ -62,6 +69,7 @@ class PeriodicOutcome:
     drain: DrainAction | None = None
     samples_recorded: int = 0
     store_errors: tuple[str, ...] = ()
+    orphan_gpus: tuple[int, ...] = ()  # GPUs with a process of no job running here
 
 
 def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
@@ -83,15 +91,19 @@ def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
     run = run_key(HOOK, node, None, now)
     rec.write_all(finding_events(findings, hook=HOOK, node=node, run=run, job_id=None, now=now,
                                  severity=_deferred if defer else None))
+    orphans = (_orphan_events(snap, jobs, procs, node=node, run=run, now=now)
+               if snap is not None and jobs is not None and procs is not None else [])
+    rec.write_all(orphans)
     if passed:
-        rec.write(_pass_event(node, run, now, len(findings), snap))
+        rec.write(_pass_event(node, run, now, len(findings) + len(orphans), snap))
     samples = rec.write_all(util_samples(snap, _gpu_jobs(snap, jobs, procs), now=now)
                             ) if snap is not None and jobs else 0
 
     def done(action: str, message: str, streak: int | None = None,
              drain: DrainAction | None = None) -> PeriodicOutcome:
         return PeriodicOutcome(node, action, message, passed, tuple(findings), streak, drain,
-                               samples, tuple(rec.errors))
+                               samples, tuple(rec.errors),
+                               tuple(e.gpu_index for e in orphans if e.gpu_index is not None))
 
     verdict = "pass" if passed else f"{len(findings)} finding(s)"
     if me is not None and me.drained:
@@ -154,6 +166,48 @@ def _gpu_jobs(snap: NodeSnapshot, jobs: Sequence[Job] | None,
         if len(owners) == 1:
             out[g.index] = owners.pop()
     return out
+
+
+def _orphan_events(snap: NodeSnapshot, jobs: Sequence[Job], procs: ProcessTable, *,
+                   node: str, run: str, now: datetime) -> list[HealthEvent]:
+    """One flag per GPU running live processes of no job on this node (see the module doc).
+    A process of a job that runs elsewhere, or of no job at all, is an orphan here."""
+    running = {j.job_id for j in jobs}
+    out = []
+    for g in snap.gpus:
+        pids: list[int] = []
+        users: set[str] = set()
+        claimed: set[int] = set()
+        for p in g.processes or ():
+            if not procs.alive(p.pid):
+                continue  # gone since the probe looked: nothing to report
+            job = job_of(procs, p.pid)
+            if job is not None and job in running:
+                continue
+            pids.append(p.pid)
+            claimed.update(() if job is None else (job,))
+            user = _user_of(procs, p.pid)
+            users.update(() if user is None else (user,))
+        if not pids:
+            continue
+        who = f" of {', '.join(sorted(users))}" if users else ""
+        jobs_note = (f"; claim job(s) {', '.join(map(str, sorted(claimed)))} not running here"
+                     if claimed else "")
+        out.append(HealthEvent(
+            idempotency_key=derive_key("health_event", run, node, ORPHAN_CHECK, g.index, 0),
+            node=node, check_id=ORPHAN_CHECK, severity=Severity.FLAG.value, observed_at=now,
+            gpu_index=g.index,
+            message=(f"{node}: GPU {g.index} runs {len(pids)} process(es){who} of no job on "
+                     f"this node: pid(s) {', '.join(map(str, sorted(pids)))}{jobs_note}"),
+            details={"gpu": g.index, "pids": sorted(pids), "users": sorted(users),
+                     "jobs": sorted(claimed), "hook": HOOK, "run": run}))
+    return out
+
+
+def _user_of(procs: ProcessTable, pid: int) -> str | None:
+    """The user a process's environment names, if it has one (for the message only)."""
+    env = procs.environ(pid) or {}
+    return env.get("USER") or env.get("LOGNAME") or None
 
 
 def _maybe_resume(me: Node, passed: bool, run: str, *, cfg: Config, slurm: SlurmClient,

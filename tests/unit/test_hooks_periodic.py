@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hooks_helpers import (
     CFG,
     NOW,
@@ -14,14 +15,17 @@ from hooks_helpers import (
     later,
     nvlink_down,
     probe,
+    slurm_node,
     snapshot,
     with_processes,
 )
 
 from slurm_ml.health.snapshot import NodeSnapshot
-from slurm_ml.hooks.periodic import PeriodicOutcome, run_periodic
+from slurm_ml.hooks.periodic import ORPHAN_CHECK, PeriodicOutcome, run_periodic
 from slurm_ml.hooks.procs_fake import FakeProc, FakeProcessTable
 from slurm_ml.hooks.prolog import run_prolog
+from slurm_ml.model import Job
+from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.slurm.protocol import SubmitRequest
 from slurm_ml.store import AuditEntry, FakeStore, HealthEvent, UtilSample
@@ -184,3 +188,104 @@ def test_util_samples_without_a_process_table_need_a_single_job() -> None:
 def test_unknown_node_is_skipped() -> None:
     out = periodic(snapshot(), fake_slurm(), FakeStore(), node="login01")
     assert out.action == "skipped"
+
+
+# ------------------------------------------------------------ orphan GPU processes
+# Job 1 runs on gpu03 (the checked node), job 2 on gpu04. Processes: 10 in job 1's cgroup,
+# 11 with job 1's SLURM_JOB_ID only, 20 in job 2's cgroup (runs elsewhere), 30 in no job
+# (USER=mallory), 31 in no job without an environment user, 40 already gone.
+PROCS = [FakeProc(10, "0::/system.slice/slurmstepd.scope/job_1/step_0"),
+         FakeProc(11, "", {"SLURM_JOB_ID": "1"}),
+         FakeProc(20, "0::/system.slice/slurmstepd.scope/job_2/step_0", {"USER": "bob"}),
+         FakeProc(30, "0::/user.slice/user-1099.slice", {"USER": "mallory"}),
+         FakeProc(31, "0::/user.slice"),
+         FakeProc(40, "0::/user.slice", {"USER": "eve"}, alive=False)]
+
+
+def two_jobs() -> FakeSlurm:
+    slurm = fake_slurm()
+    for user, node in (("alice", "gpu03"), ("bob", "gpu04")):
+        slurm.start(slurm.submit(SubmitRequest(user=user)), node, at=0)
+    return slurm
+
+
+ORPHAN_CASES = [
+    pytest.param({"g0": [(10, 500)], "g1": [(11, 500)]}, {}, id="processes-of-the-job-here"),
+    pytest.param({"g2": [(30, 700)]}, {2: ([30], ["mallory"], [])}, id="no-job-with-user"),
+    pytest.param({"g3": [(31, 700)]}, {3: ([31], [], [])}, id="no-job-user-unknown"),
+    pytest.param({"g4": [(20, 900)]}, {4: ([20], ["bob"], [2])}, id="job-running-elsewhere"),
+    pytest.param({"g5": [(40, 100)]}, {}, id="process-already-gone"),
+    pytest.param({"g6": [(10, 100), (31, 100), (30, 100)]}, {6: ([30, 31], ["mallory"], [])},
+                 id="one-event-per-gpu-with-every-orphan-pid"),
+]
+
+
+@pytest.mark.parametrize(("per_gpu", "want"), ORPHAN_CASES)
+def test_orphan_processes_are_flagged_per_gpu(
+        per_gpu: dict[str, list[tuple[int, int]]],
+        want: dict[int, tuple[list[int], list[str], list[int]]]) -> None:
+    slurm, store = two_jobs(), FakeStore()
+
+    out = periodic(with_processes(snapshot(), **per_gpu), slurm, store,
+                   procs=FakeProcessTable(PROCS))
+
+    events = [e for e in store.rows(HealthEvent) if e.check_id == ORPHAN_CHECK]
+    assert {e.gpu_index: (e.details["pids"], e.details["users"], e.details["jobs"])
+            for e in events} == want
+    assert out.orphan_gpus == tuple(sorted(want))
+    for e in events:
+        assert e.severity == "flag" and e.details["gpu"] == e.gpu_index
+        assert (e.details["hook"], e.details["run"]) == ("periodic", events[0].details["run"])
+        assert f"gpu03: GPU {e.gpu_index} " in e.message
+        assert all(str(p) in e.message for p in e.details["pids"])
+        assert all(u in e.message for u in e.details["users"])
+    assert out.action == "pass" and not slurm.nodes["gpu03"].drained
+
+
+def test_an_orphan_on_an_idle_node_is_recorded_but_never_drains() -> None:
+    slurm, store = fake_slurm(), FakeStore()
+    snap = with_processes(snapshot(), g1=[(30, 2000)])
+
+    out = periodic(snap, slurm, store, procs=FakeProcessTable(PROCS))
+
+    assert (out.action, out.passed, out.orphan_gpus) == ("pass", True, (1,))
+    assert not slurm.nodes["gpu03"].drained and not store.rows(AuditEntry)
+    [orphan] = [e for e in store.rows(HealthEvent) if e.check_id == ORPHAN_CHECK]
+    assert orphan.message == ("gpu03: GPU 1 runs 1 process(es) of mallory of no job on this "
+                              "node: pid(s) 30")
+    [passed] = [e for e in store.rows(HealthEvent) if e.check_id == "health.pass"]
+    assert passed.details["flags"] == 1
+
+
+def test_an_orphan_beside_a_drain_finding_leaves_the_drain_to_the_finding() -> None:
+    slurm, store = fake_slurm(), FakeStore()
+    snap = with_processes(nvlink_down(), g1=[(30, 2000)])
+    out = periodic(snap, slurm, store, procs=FakeProcessTable(PROCS))
+    assert (out.action, out.orphan_gpus) == ("drained", (1,))
+    assert slurm.nodes["gpu03"].reason == OWNED
+
+
+class JobsUnknown(FakeSlurm):
+    def list_jobs(self, **_: Any) -> list[Job]:
+        raise SlurmCommandError(("squeue",), 1, "Unable to contact slurm controller")
+
+
+@pytest.mark.parametrize(("slurm", "procs"), [
+    pytest.param(fake_slurm(), None, id="without-a-process-table"),
+    pytest.param(JobsUnknown([slurm_node("gpu03")]), FakeProcessTable(PROCS),
+                 id="slurm-did-not-say-which-jobs-run-here"),
+])
+def test_no_orphan_without_knowing_the_owners(slurm: FakeSlurm,
+                                              procs: FakeProcessTable | None) -> None:
+    store = FakeStore()
+    out = periodic(with_processes(snapshot(), g2=[(30, 700)]), slurm, store, procs=procs)
+    assert out.orphan_gpus == ()
+    assert not [e for e in store.rows(HealthEvent) if e.check_id == ORPHAN_CHECK]
+
+
+def test_a_rerun_of_the_same_run_records_the_orphan_once() -> None:
+    slurm, store = fake_slurm(), FakeStore()
+    snap = with_processes(snapshot(), g2=[(30, 700)])
+    for _ in range(2):
+        periodic(snap, slurm, store, procs=FakeProcessTable(PROCS))
+    assert len([e for e in store.rows(HealthEvent) if e.check_id == ORPHAN_CHECK]) == 1
