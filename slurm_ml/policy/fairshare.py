@@ -1,0 +1,284 @@
+"""Budgeted, billing-weighted hierarchical fair share (the Ai2 design), as pure policy.
+
+Managers set GPU-time budgets on the tree org -> program -> project -> user. Over a
+sliding window (7 days) each node is *owed* its budget share of the cluster hour by
+hour, capped at what it actually asked for, with unused entitlement flowing to its
+siblings; *delivered* is the allocated (QOS ``alloc``) billing GPU-hours it ran. Free
+work (QOS ``free``) is never charged and never counts as demand: it is only reported.
+
+Scheduling order is Slurm's Fair Tree fed with this windowed usage instead of Slurm's
+decayed RawUsage (which cannot be a window, nor be set): siblings rank by S/U, depth
+first. The rank becomes a per-job SiteFactor band wide enough to dominate the other
+priority factors, so a user's ``--nice`` only reorders jobs inside its own team's band.
+
+No I/O and no clock: the caller passes ``now`` (epoch seconds) and the footprints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from slurm_ml.config import Config, FairshareConfig
+from slurm_ml.policy.fairshare_owed import DemandGrid, owed
+from slurm_ml.policy.fairshare_tree import (
+    Association,
+    FlatTree,
+    compress,
+    fair_tree_order,
+    flatten,
+    level_fs,
+)
+
+__all__ = [
+    "SITE_FACTOR_LIMIT",
+    "FairShare",
+    "Footprint",
+    "PendingJob",
+    "Standing",
+    "band",
+    "capacity_billing_gpus",
+    "fair_share",
+    "job_site_factor",
+    "site_factors",
+]
+
+#: scontrol accepts SiteFactor in +-2147483645.
+SITE_FACTOR_LIMIT = 2_147_483_645
+_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """One job as the window sees it (runaway jobs are left out by the caller)."""
+
+    job_id: int
+    account: str  # Slurm account charged (a project account of the budget tree, or unknown)
+    user: str
+    billing_gpus: float  # GPU count x billing weight of its type
+    allocated: bool  # QOS alloc (charged) vs free (never charged, never demand)
+    pending_from: int | None  # when it began to pend (submit time); None = unknown
+    run_from: int | None  # when it started running; None = has not started
+    until: int | None  # when it ended; None = still pending/running (counts up to now)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A pending job to compute a SiteFactor for."""
+
+    job_id: int
+    account: str
+    user: str
+    qos: str
+    nice: int
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One budget-tree node over the window. GPU-hours are billing GPU-hours."""
+
+    path: tuple[str, ...]  # ("ml",), ("ml","nlp"), ..., ("ml","nlp","llm-pretrain","alice")
+    kind: str  # "org" | "program" | "project" | "user"
+    account: str  # the Slurm account (a user leaf: its project account)
+    user: str | None
+    budget_share: float  # fraction of the whole cluster
+    level_share: float  # S among its siblings (users of a project share it equally)
+    delivered: float  # alloc GPU-hours run inside the window
+    unallocated: float  # free-QOS GPU-hours run inside the window (never charged)
+    owed: float  # per bucket: water-filled entitlement capped at demand, summed
+    demand: float  # alloc GPU-hours pending or running inside the window
+    pending_gpus: float  # billing GPUs pending now (alloc and free)
+    level_fs: float  # Fair Tree Level FS = S/U; math.inf with no usage
+    rank: int | None  # association rank among those with pending jobs (1 = first)
+    site_factor: int | None  # a user: its band when ranked; above: its users' highest band
+
+    @property
+    def ratio(self) -> float | None:
+        """delivered/owed (Ai2's score: 1 = got what it was owed); None when owed nothing."""
+        return self.delivered / self.owed if self.owed > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """The whole tree's standing over one window, plus the Fair Tree order."""
+
+    window_start: int
+    window_end: int
+    capacity: float  # billing GPUs
+    standings: tuple[Standing, ...]  # depth-first, siblings in config order
+    #: every association of the tree in Fair Tree order, as groups of tied ones, best first
+    fair_tree_order: tuple[tuple[Association, ...], ...] = ()
+    ranks: int = 0  # N: distinct ranks handed to associations with pending jobs
+    #: alloc GPU-hours in the window charged to an (account, user) outside the tree
+    unmatched: float = 0.0
+    _by_path: dict[tuple[str, ...], Standing] = field(init=False, repr=False, compare=False)
+    _by_account: dict[str, Standing] = field(init=False, repr=False, compare=False)
+    _by_assoc: dict[Association, Standing] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_path", {s.path: s for s in self.standings})
+        object.__setattr__(self, "_by_account",
+                           {s.account: s for s in self.standings if s.user is None})
+        object.__setattr__(self, "_by_assoc", {
+            (s.account, s.user): s for s in self.standings if s.user is not None})
+
+    def node(self, path: tuple[str, ...]) -> Standing | None:
+        return self._by_path.get(tuple(path))
+
+    def account(self, name: str) -> Standing | None:
+        """The org/program/project node charged as Slurm account ``name``."""
+        return self._by_account.get(name)
+
+    def association(self, account: str, user: str) -> Standing | None:
+        """The user leaf of (project account, user); None outside the tree."""
+        return self._by_assoc.get((account, user))
+
+
+def capacity_billing_gpus(cfg: Config) -> float:
+    """The cluster in billing GPUs: per node, GPUs x the billing weight of their type."""
+    nodes = Counter(c.name for n in cfg.all_nodes() if (c := cfg.node_class_of(n)) is not None)
+    return sum(count * c.gpus_per_node * cfg.gpu_types[c.gpu_type].billing_weight
+               for c in cfg.node_classes if (count := nodes[c.name]))
+
+
+def band(rank: int, ranks: int, cfg: FairshareConfig) -> int:
+    """The SiteFactor band of ``rank`` among ``ranks``: top - (rank-1) x step, never < step."""
+    top = max(cfg.site_factor_max, ranks * cfg.site_factor_step)
+    return top - (rank - 1) * cfg.site_factor_step
+
+
+def job_site_factor(band_value: int, nice: int, cfg: FairshareConfig) -> int:
+    """A job's SiteFactor in its band, so that its ``--nice`` only reorders inside the band.
+
+    Slurm subtracts nice from the priority itself. For nice >= 0 we add it back and take
+    off at most R = min(nice_range, step - 1), so the job's net SiteFactor - nice is
+    band - min(nice, R): ordered by nice within the band, never below the next band. A
+    negative nice can only be set by an admin: it is a deliberate boost and is left alone.
+    """
+    if nice < 0:
+        return band_value
+    reach = min(cfg.nice_range, cfg.site_factor_step - 1)
+    return min(band_value - min(nice, reach) + nice, SITE_FACTOR_LIMIT)
+
+
+def fair_share(cfg: Config, footprints: Iterable[Footprint], now: int,
+               pending_assocs: Collection[tuple[str, str]] = (), *,
+               capacity: float | None = None) -> FairShare:
+    """Every tree node's standing over the window [now - window_hours, now).
+
+    Only the part of a run inside the window counts. Demand of a job runs from when it
+    began to pend (else from its start) to its end (else now); a pending job whose
+    submit time is unknown is counted in ``pending_gpus`` only. ``pending_assocs``: the
+    associations with pending jobs, the only ones given a rank. ``capacity`` overrides
+    :func:`capacity_billing_gpus` (billing GPUs).
+    """
+    fcfg = cfg.policy.fairshare
+    tree = flatten(cfg.budgets)
+    cap = capacity_billing_gpus(cfg) if capacity is None else capacity
+    start = now - max(1, round(fcfg.window_hours * _HOUR))
+    tally = _tally(tree, footprints, start, now)
+    grid = DemandGrid(start, now, fcfg.owed_bucket_s)
+    grid.extend(tally.asked)
+    owed_h, demand_h = owed(tree, grid.demand(), [cap * h for h in grid.bucket_hours()])
+    lfs = level_fs(tree, tally.delivered)
+    order = tuple(tuple(tree.assoc_at[leaf] for leaf in group)
+                  for group in fair_tree_order(tree, lfs))
+    ranks = compress(order, frozenset(pending_assocs))
+    count = max(ranks.values(), default=0)
+    rank_of: list[int | None] = [None] * len(tree.kinds)
+    bands: list[int | None] = [None] * len(tree.kinds)
+    for assoc, rank in ranks.items():
+        leaf = tree.leaf_of[assoc]
+        rank_of[leaf] = rank
+        bands[leaf] = band(rank, count, fcfg)
+    for node in range(len(tree.kinds) - 1, 0, -1):  # a parent shows its best user's band
+        mine, parent = bands[node], tree.parents[node]
+        above = bands[parent]
+        if mine is not None and (above is None or mine > above):
+            bands[parent] = mine
+    standings = tuple(
+        Standing(
+            path=tree.paths[n], kind=tree.kinds[n], account=tree.accounts[n],
+            user=tree.users[n], budget_share=tree.budget_shares[n],
+            level_share=tree.level_shares[n], delivered=tally.delivered[n],
+            unallocated=tally.free[n], owed=owed_h[n], demand=demand_h[n],
+            pending_gpus=tally.pending[n], level_fs=lfs[n], rank=rank_of[n],
+            site_factor=bands[n],
+        )
+        for n in range(len(tree.kinds))
+    )
+    return FairShare(window_start=start, window_end=now, capacity=cap, standings=standings,
+                     fair_tree_order=order, ranks=count, unmatched=tally.unmatched)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Footprints summed per tree node (after :func:`_tally`, parents include children)."""
+
+    delivered: list[float]
+    free: list[float]
+    pending: list[float]
+    asked: list[tuple[int, int, int, float]]  # (leaf, begin, end, GPUs) of alloc demand
+    unmatched: float = 0.0
+
+
+def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int) -> _Tally:
+    """One pass over the footprints: usage per leaf, pending GPUs, demand intervals."""
+    size = len(tree.kinds)
+    out = _Tally([0.0] * size, [0.0] * size, [0.0] * size, [])
+    delivered, free, pending, asked = out.delivered, out.free, out.pending, out.asked
+    leaf_of = tree.leaf_of
+    for fp in footprints:
+        gpus, until = fp.billing_gpus, fp.until
+        if gpus <= 0 or (until is not None and until <= start):
+            continue  # nothing of it falls inside the window
+        leaf = leaf_of.get((fp.account, fp.user))
+        end = now if until is None or until > now else until
+        run = fp.run_from
+        if run is not None:
+            begin = run if run > start else start
+            if end > begin:
+                hours = gpus * (end - begin) / _HOUR
+                if leaf is None:
+                    out.unmatched += hours if fp.allocated else 0.0
+                elif fp.allocated:
+                    delivered[leaf] += hours
+                else:
+                    free[leaf] += hours
+        elif until is None and leaf is not None:
+            pending[leaf] += gpus
+        if leaf is None or not fp.allocated:
+            continue
+        since = fp.pending_from
+        if since is None or (run is not None and run < since):
+            since = run
+        if since is not None and end > since:
+            asked.append((leaf, since if since > start else start, end, gpus))
+    for node in range(size - 1, 0, -1):  # children follow their parent: sum upwards
+        parent = tree.parents[node]
+        delivered[parent] += delivered[node]
+        free[parent] += free[node]
+        pending[parent] += pending[node]
+    return out
+
+
+def site_factors(fs: FairShare, pending: Iterable[PendingJob],
+                 cfg: FairshareConfig) -> dict[int, int]:
+    """SiteFactor per pending job id.
+
+    Associations with jobs in ``pending`` are ranked 1..N in ``fs``'s Fair Tree order
+    (pass the same set to :func:`fair_share` and its ``Standing.rank`` agrees). A job gets
+    its association's band, moved inside it by its nice (:func:`job_site_factor`). Jobs
+    of an (account, user) outside the tree get 0. Free-QOS and alloc jobs of a team get
+    the same band: the QOS priority weight, not the SiteFactor, puts alloc before free.
+    """
+    jobs = list(pending)
+    ranks = compress(fs.fair_tree_order, {(j.account, j.user) for j in jobs})
+    count = max(ranks.values(), default=0)
+    bands = {assoc: band(r, count, cfg) for assoc, r in ranks.items()}
+    out: dict[int, int] = {}
+    for job in jobs:
+        value = bands.get((job.account, job.user))
+        out[job.job_id] = 0 if value is None else job_site_factor(value, job.nice, cfg)
+    return out
