@@ -1,0 +1,253 @@
+"""``slurm-ml daemon``, ``slurm-ml budget status`` and ``slurm-ml why``: the reconciler's
+operator commands (registered on the main group by ``slurm_ml.cli``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_ml.cli import (
+    DEFAULT_CONFIG,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    _emit,
+    _fail,
+    _load_config,
+    main,
+)
+
+
+def _config_opt(f: Any) -> Any:
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                        default=None, envvar="SLURM_ML_CONFIG",
+                        help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then "
+                             "conf/slurm-ml.yaml).")(f)
+
+
+def _dsn_opt(f: Any) -> Any:
+    return click.option("--dsn", default=None,
+                        help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn).")(f)
+
+
+def _dsn(cfg: Any, dsn: str | None) -> str:
+    return dsn or os.environ.get("SLURM_ML_DSN", "").strip() or cfg.store.dsn
+
+
+def _slurm(cfg: Any) -> Any:
+    from slurm_ml.slurm.client import CliSlurm
+    from slurm_ml.slurm.runner import SlurmRunner
+
+    return CliSlurm(SlurmRunner(timeout_s=cfg.slurm.command_timeout_s),
+                    batch_size=cfg.slurm.scontrol_batch_size)
+
+
+def _store(cfg: Any, dsn: str) -> Any:
+    from slurm_ml.store.postgres import PostgresStore
+
+    if not dsn:
+        _fail("no database: pass --dsn, set $SLURM_ML_DSN or store.dsn", EXIT_BAD_INPUT)
+    try:
+        return PostgresStore(dsn, connect_timeout_s=cfg.store.connect_timeout_s)
+    except ValueError as exc:
+        _fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
+
+
+# ------------------------------------------------------------------ daemon
+@main.command("daemon")
+@_config_opt
+@_dsn_opt
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--dry-run", is_flag=True,
+              help="Decide and record what would be done (decisions marked dry_run); change "
+                   "nothing in Slurm. Needs no leader lock.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the cycle as JSON.")
+def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bool,
+               as_json: bool) -> None:
+    """The reconciler: fair share → SiteFactor, scheduling contracts, reclamation.
+
+    Each cycle (policy.fairshare.cycle_interval_s) observes Slurm and PostgreSQL, decides
+    with the pure policies and applies, recording every action in the audit log first.
+    Only the holder of the PostgreSQL advisory lock (daemon.lock_key) acts; a second
+    daemon stays passive. SIGHUP reloads the config (a bad one is rejected, the old one
+    kept); SIGTERM stops after the current cycle.
+
+    Exit codes: 0 ok (with --once: the cycle ran, acted or stayed passive); 1 Slurm or the
+    database was unavailable (with --once); 2 bad config or options.
+    """
+    from slurm_ml.daemon.loop import Daemon
+    from slurm_ml.daemon.metrics import Metrics
+    from slurm_ml.store.errors import StoreError
+    from slurm_ml.store.leader import PgLeaderLock
+    from slurm_ml.store.migrate import migrate
+
+    path = Path(config_path) if config_path else DEFAULT_CONFIG
+    cfg = _load_config(path)
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger("slurm_ml").setLevel(logging.INFO)
+    target = _dsn(cfg, dsn)
+    store = _store(cfg, target)
+    try:
+        migrate(target, connect_timeout_s=cfg.store.connect_timeout_s)
+    except StoreError as exc:
+        click.echo(f"slurm-ml daemon: database not ready ({exc}); will retry each cycle",
+                   err=True)
+    lock = PgLeaderLock(target, cfg.daemon.lock_key,
+                        connect_timeout_s=cfg.store.connect_timeout_s,
+                        holder=f"slurm-ml daemon pid {os.getpid()}")
+    metrics = Metrics()
+    d = Daemon(cfg, slurm=_slurm(cfg), store=store, lock=lock, config_path=path,
+               dry_run=dry_run, metrics=metrics)
+    if not once:
+        try:
+            metrics.serve(cfg.daemon.metrics_port, cfg.daemon.metrics_addr)
+        except OSError as exc:
+            click.echo(f"slurm-ml daemon: metrics port {cfg.daemon.metrics_port} unavailable "
+                       f"({exc}); running without /metrics", err=True)
+        signal.signal(signal.SIGHUP, lambda *_: setattr(d, "reload_requested", True))
+        signal.signal(signal.SIGTERM, lambda *_: d.stop.set())
+        signal.signal(signal.SIGINT, lambda *_: d.stop.set())
+    try:
+        result = d.run(once=once)
+    finally:
+        d.close()
+        store.close()
+    if once:
+        data = {"cycle": result.cycle, "outcome": result.outcome,
+                "seconds": round(result.seconds, 3), "message": result.message,
+                "counts": result.counts,
+                "actions": [] if result.report is None else [
+                    {"kind": a.decision, "job_id": a.job_id, "node": a.node,
+                     "reason": a.reason}
+                    for a in (result.report.applied + result.report.would)]}
+        human = (f"cycle {result.cycle}: {result.outcome} in {result.seconds:.2f}s "
+                 f"{result.counts} {result.message}").rstrip()
+        _emit(data, as_json, human)
+        bad = result.outcome in ("slurm_unavailable", "store_unavailable")
+        sys.exit(EXIT_FAILED if bad else EXIT_OK)
+
+
+# ------------------------------------------------------------------ budget
+@main.group()
+def budget() -> None:
+    """GPU-time budgets: owed vs delivered per allocation."""
+
+
+@budget.command("status")
+@_config_opt
+@_dsn_opt
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE.png", help="Also draw owed vs delivered over time (matplotlib).")
+def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
+                  plot_path: str | None) -> None:
+    """Per budget-tree node over the window: budget share, owed, delivered, their ratio,
+    pending demand, allocated vs unallocated GPU-hours and the mean GPU utilisation of the
+    delivered hours, then the scheduling order of associations with pending work.
+
+    Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history); 2 bad config.
+    """
+    from datetime import UTC, datetime
+
+    from slurm_ml.daemon import report
+    from slurm_ml.daemon.observe import observe
+    from slurm_ml.daemon.views import footprints, pending_jobs
+    from slurm_ml.policy.fairshare import fair_share
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.store.errors import StoreError
+
+    cfg = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
+    now = int(time.time())
+    click.echo("reading slurmctld and slurmdbd ...", err=True)
+    try:
+        obs = observe(cfg, _slurm(cfg), None, now)
+    except SlurmError as exc:
+        _fail(f"cannot read Slurm: {exc}")
+    pending = pending_jobs(obs.jobs)
+    fair = fair_share(cfg, footprints(cfg, obs.jobs, obs.usage), now,
+                      pending_assocs={(p.account, p.user) for p in pending})
+    util: dict[str, float] = {}
+    snapshots: list[Any] = []
+    target = _dsn(cfg, dsn)
+    if target:
+        store = _store(cfg, target)
+        try:
+            since = datetime.fromtimestamp(fair.window_start, UTC)
+            util = report.utilisation_by_account(store.job_gpu_stats_since(since))
+            if plot_path:
+                snapshots = store.budget_snapshots(since=since)
+        except StoreError as exc:
+            click.echo(f"slurm-ml: warning: database unavailable ({exc}); no utilisation "
+                       "or history", err=True)
+        finally:
+            store.close()
+    data = report.budget_json(fair, util)
+    _emit(data, as_json, report.budget_text(data))
+    if plot_path:
+        from slurm_ml.daemon.plot import plot_budget
+
+        if not snapshots:
+            _fail("nothing to plot: no budget snapshots in the window (is the daemon "
+                  "running and the database reachable?)")
+        plot_budget(snapshots, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+
+
+# ------------------------------------------------------------------ why
+@main.command("why")
+@click.argument("job_id", type=int)
+@_config_opt
+@_dsn_opt
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool) -> None:
+    """Why a job is where it is: its priority parts (SiteFactor and how it was derived,
+    its account's budget position), slurm-ml's admission record and every requeue,
+    cancel or warning slurm-ml decided for it, with reasons.
+
+    Exit codes: 0 ok; 1 the job is unknown to Slurm and slurm-ml, or Slurm unavailable;
+    2 bad config.
+    """
+    from slurm_ml.daemon import report
+    from slurm_ml.daemon.observe import observe
+    from slurm_ml.daemon.views import footprints, pending_jobs
+    from slurm_ml.policy.fairshare import fair_share
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.store.errors import StoreError
+
+    cfg = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
+    slurm = _slurm(cfg)
+    now = int(time.time())
+    try:
+        obs = observe(cfg, slurm, None, now)
+        parts = slurm.priority_parts(job_id)
+    except SlurmError as exc:
+        _fail(f"cannot read Slurm: {exc}")
+    job = next((j for j in obs.jobs if j.job_id == job_id), None)
+    pending = pending_jobs(obs.jobs)
+    fair = fair_share(cfg, footprints(cfg, obs.jobs, obs.usage), now,
+                      pending_assocs={(p.account, p.user) for p in pending})
+    decisions: list[Any] = []
+    target = _dsn(cfg, dsn)
+    if target:
+        store = _store(cfg, target)
+        try:
+            decisions = store.decisions_for_job(job_id)
+        except StoreError as exc:
+            click.echo(f"slurm-ml: warning: database unavailable ({exc}); no history",
+                       err=True)
+        finally:
+            store.close()
+    parts_dict = None if parts is None else {**dataclasses.asdict(parts),
+                                             "factor_sum": parts.factor_sum}
+    data = report.why_json(job_id, job, parts_dict, fair, decisions)
+    _emit(data, as_json, report.why_text(data))
+    if job is None and not decisions:
+        sys.exit(EXIT_FAILED)

@@ -1,0 +1,194 @@
+"""The reconciler loop: leader lock, back-off, config reload, one cycle at a time.
+
+A cycle acts only while this process holds the PostgreSQL advisory lock; a second
+daemon stays passive and takes over when the leader's session dies. Slurm or the
+database being unreachable ends the cycle before it decides anything and the next try
+comes after an exponential back-off (capped by ``daemon.backoff_max_s``). SIGHUP
+re-reads the config; a bad file is logged and the old config stays.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_ml import proc
+from slurm_ml.config import Config, ConfigError, load_config
+from slurm_ml.daemon.apply import Applier, ApplyReport
+from slurm_ml.daemon.metrics import Metrics
+from slurm_ml.daemon.observe import observe
+from slurm_ml.daemon.plan import Action, Plan, plan_cycle
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.errors import StoreError
+from slurm_ml.store.leader import LeaderLock
+from slurm_ml.store.protocol import Store
+
+log = logging.getLogger(__name__)
+
+#: Test hook: seconds to sleep after each recorded intent, before applying it (lets an
+#: integration test kill -9 the daemon mid-cycle). Unset in production.
+PAUSE_ENV = "SLURM_ML_TEST_PAUSE_AFTER_INTENT_S"
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """What one cycle did. ``outcome``: acted | dry_run | passive | slurm_unavailable |
+    store_unavailable."""
+
+    cycle: int
+    outcome: str
+    seconds: float = 0.0
+    message: str = ""
+    plan: Plan | None = None
+    report: ApplyReport | None = None
+    leader: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def notify_command(command: str) -> Callable[[Action], None] | None:
+    """A warning hook: ``command`` gets the warning as JSON on stdin (never via a shell)."""
+    if not command:
+        return None
+    argv = shlex.split(command)
+
+    def notify(action: Action) -> None:
+        payload = {"job_id": action.job_id, "kind": action.decision, "reason": action.reason,
+                   "details": action.details}
+        try:
+            proc.run(argv, input_text=json.dumps(payload) + "\n", timeout_s=10)
+        except proc.CommandError as exc:
+            log.warning("event=notify_failed job=%s error=%s", action.job_id, exc)
+
+    return notify
+
+
+class Daemon:
+    def __init__(self, cfg: Config, *, slurm: SlurmClient, store: Store, lock: LeaderLock,
+                 config_path: Path | None = None, dry_run: bool = False,
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.slurm = slurm
+        self.store = store
+        self.lock = lock
+        self.config_path = config_path
+        self.dry_run = dry_run
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.failures = 0
+        self.reload_requested = False
+        self.stop = threading.Event()
+
+    # ------------------------------------------------------------------ config
+
+    def reload(self) -> bool:
+        """Re-read the config file; keep the old config when the new one is bad."""
+        self.reload_requested = False
+        if self.config_path is None:
+            return False
+        try:
+            self.cfg = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("event=config_reload_rejected path=%s issues=%d first=%s (keeping the "
+                      "old config)", self.config_path, len(exc.issues), exc.issues[0])
+            return False
+        log.info("event=config_reloaded path=%s", self.config_path)
+        return True
+
+    # ------------------------------------------------------------------ leadership
+
+    def _leader(self) -> bool:
+        if self.dry_run:
+            return True  # a dry run changes nothing, so it needs no lock
+        if self.lock.held():
+            return True
+        return self.lock.try_acquire()
+
+    def _still_leader(self) -> bool:
+        return self.dry_run or self.lock.held()
+
+    # ------------------------------------------------------------------ one cycle
+
+    def cycle(self) -> CycleResult:
+        if self.reload_requested:
+            self.reload()
+        start = time.monotonic()
+        now = int(self.clock())
+        try:
+            leader = self._leader()
+        except StoreError as exc:
+            self.metrics.leader.set(0)
+            return self._end(CycleResult(now, "store_unavailable", message=str(exc)), start)
+        self.metrics.leader.set(1 if leader and not self.dry_run else 0)
+        if not leader:
+            return self._end(CycleResult(now, "passive", message="another daemon holds the "
+                                         "leader lock"), start)
+        try:
+            obs = observe(self.cfg, self.slurm, self.store, now)
+        except SlurmError as exc:
+            return self._end(CycleResult(now, "slurm_unavailable", message=str(exc),
+                                         leader=True), start)
+        except StoreError as exc:
+            return self._end(CycleResult(now, "store_unavailable", message=str(exc),
+                                         leader=True), start)
+        plan = plan_cycle(self.cfg, obs)
+        applier = Applier(self.slurm, self.store, still_leader=self._still_leader,
+                          notify=notify_command(self.cfg.policy.reclaim.notify_command),
+                          after_intent=_pause_hook())
+        report = applier.apply(plan, dry_run=self.dry_run)
+        self.metrics.record(plan, report)
+        outcome = "dry_run" if self.dry_run else "acted"
+        if report.stopped.startswith("store"):
+            outcome = "store_unavailable"
+        return self._end(CycleResult(now, outcome, plan=plan, report=report, leader=True,
+                                     message=report.stopped, counts=report.counts()), start)
+
+    def _end(self, result: CycleResult, start: float) -> CycleResult:
+        result.seconds = time.monotonic() - start
+        self.metrics.cycle_seconds.observe(result.seconds)
+        self.metrics.cycles.labels(result.outcome).inc()
+        self.metrics.last_cycle.set(self.clock())
+        bad = result.outcome in ("slurm_unavailable", "store_unavailable")
+        self.failures = self.failures + 1 if bad else 0
+        level = logging.WARNING if bad else logging.INFO
+        log.log(level, "cycle=%d event=cycle_end outcome=%s seconds=%.2f counts=%s message=%s",
+                result.cycle, result.outcome, result.seconds, json.dumps(result.counts),
+                json.dumps(result.message))
+        return result
+
+    def next_wait(self) -> float:
+        """Seconds until the next cycle: the interval, or a back-off after failures."""
+        base = self.cfg.policy.fairshare.cycle_interval_s
+        if not self.failures:
+            return base
+        return float(min(self.cfg.daemon.backoff_max_s, base * 2 ** (self.failures - 1)))
+
+    def run(self, *, once: bool = False) -> CycleResult:
+        """Cycle until ``stop`` is set (or once); returns the last cycle's result."""
+        while True:
+            result = self.cycle()
+            if once or self.stop.wait(self.next_wait()):
+                return result
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def _pause_hook() -> Callable[[Action], None] | None:
+    raw = os.environ.get(PAUSE_ENV)
+    if not raw:
+        return None
+    seconds = float(raw)
+
+    def pause(action: Action) -> None:
+        log.warning("event=test_pause_after_intent key=%s seconds=%s", action.key, seconds)
+        time.sleep(seconds)
+
+    return pause

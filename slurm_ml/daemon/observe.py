@@ -1,0 +1,75 @@
+"""Observe: one consistent read of Slurm and the store per cycle, as plain values.
+
+Everything the plan needs is read here and nowhere else, so ``plan`` stays pure and a
+cycle that cannot read something fails before it decides anything. Slurm being
+unreachable raises ``SlurmError``; the store being unreachable raises ``StoreError``:
+the loop backs off and acts on nothing in both cases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from slurm_ml.config import Config
+from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.policy.reclaim import ORPHAN_CHECK
+from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.protocol import Store
+from slurm_ml.store.records import Decision, HealthEvent, UtilSample
+
+log = logging.getLogger(__name__)
+
+ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
+                    JobState.SUSPENDED})
+#: Decision kinds the daemon reads back: its own requeues and zombie warnings.
+HISTORY_KINDS = ("requeue", "zombie_warn", "zombie_requeue", "zombie_cancel")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one cycle saw. ``now`` is epoch seconds; everything else is as read."""
+
+    now: int
+    jobs: tuple[Job, ...]  # pending, running, completing
+    nodes: tuple[Node, ...]
+    usage: tuple[JobUsage, ...]  # slurmdbd, clipped to the window
+    runaway: frozenset[int]
+    samples: Mapping[int, tuple[UtilSample, ...]]  # running jobs' GPU samples, by job
+    history: tuple[Decision, ...]  # the daemon's own applied decisions (requeues, warnings)
+    orphans: tuple[HealthEvent, ...]
+
+
+def _at(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> Observation:
+    """Read everything a cycle decides on. Without a store only Slurm is read
+    (``budget status`` and ``why`` need no history)."""
+    window_s = int(cfg.policy.fairshare.window_hours * 3600)
+    jobs = tuple(j for j in slurm.list_jobs() if j.state in ACTIVE)
+    nodes = tuple(slurm.list_nodes())
+    runaway = frozenset(slurm.list_runaway_jobs())
+    usage = tuple(u for u in slurm.job_usage(now - window_s, now) if u.job_id not in runaway)
+    if store is None:
+        return Observation(now, jobs, nodes, usage, runaway, {}, (), ())
+    running = [j for j in jobs if j.state == JobState.RUNNING and j.start_time]
+    samples: dict[int, list[UtilSample]] = {}
+    if running:
+        rc = cfg.policy.reclaim
+        since = now - int(rc.zombie_heartbeat_s * 2)
+        for s in store.util_samples_since(_at(since), job_ids=[j.job_id for j in running]):
+            samples.setdefault(s.job_id, []).append(s)
+    oldest = min((j.start_time or now for j in running), default=now)
+    lookback = max(cfg.policy.contracts.requeue_cooldown_s,
+                   cfg.policy.contracts.preempt_cap_window_s)
+    since = min(now - int(lookback), oldest)
+    history = tuple(d for d in store.decisions_since(_at(since), kinds=HISTORY_KINDS)
+                    if not d.dry_run)
+    orphans = tuple(store.health_events_since(
+        _at(now - cfg.policy.reclaim.orphan_lookback_s), check_ids=[ORPHAN_CHECK]))
+    return Observation(now, jobs, nodes, usage, runaway,
+                       {k: tuple(v) for k, v in samples.items()}, history, orphans)

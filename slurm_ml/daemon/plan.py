@@ -1,0 +1,177 @@
+"""Decide: one cycle's ``Plan`` from an ``Observation`` (pure; the clock is ``obs.now``).
+
+Each action carries an idempotency key derived from what it acts on (job id *and* that
+run's start time, node and cause), so the same decision in a later cycle, or after a
+crash and restart, has the same key and is applied at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from slurm_ml.config import Config
+from slurm_ml.daemon import views
+from slurm_ml.daemon.observe import Observation
+from slurm_ml.model import ALLOC_QOS, JobState
+from slurm_ml.policy.cluster_jobs import RunningJob
+from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger, plan_requeues
+from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
+from slurm_ml.policy.reclaim import orphan_drains, stuck_completing, zombie_verdicts
+from slurm_ml.store.records import BudgetSnapshot, Decision, derive_key
+
+#: Decision kinds that requeued a job (cooldown and the cluster cap count both).
+REQUEUE_KINDS = ("requeue", "zombie_requeue")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing to do to Slurm. ``kind`` is the Slurm operation, ``decision`` the
+    reason class recorded for ``why`` and the audit log."""
+
+    kind: str  # "requeue" | "cancel" | "drain" | "warn" | "fix_runaway"
+    decision: str  # "requeue" | "zombie_warn" | "zombie_requeue" | "zombie_cancel" | ...
+    key: str
+    reason: str
+    job_id: int | None = None
+    node: str | None = None
+    gpus: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        if self.job_id is not None:
+            return f"job {self.job_id}"
+        return f"node {self.node}" if self.node else "slurmdbd"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    now: int
+    cycle: int
+    fair: FairShare
+    site_factors: dict[int, int]  # every pending job's target SiteFactor
+    changed: dict[int, int]  # only those that differ from what Slurm has now
+    actions: tuple[Action, ...]
+    snapshots: tuple[BudgetSnapshot, ...]
+
+
+def _epoch(at: datetime) -> int:
+    return int(at.timestamp())
+
+
+def ledger(history: Sequence[Decision]) -> PreemptionLedger:
+    last: dict[int, int] = {}
+    recent: list[tuple[int, int]] = []
+    for d in history:
+        if d.kind in REQUEUE_KINDS and d.job_id is not None:
+            at = _epoch(d.decided_at)
+            last[d.job_id] = max(last.get(d.job_id, 0), at)
+            gpus = d.details.get("gpus")
+            recent.append((at, gpus if isinstance(gpus, int) else 0))
+    return PreemptionLedger(last_requeue=last, recent=recent)
+
+
+def warned_at(history: Sequence[Decision]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for d in history:
+        if d.kind == "zombie_warn" and d.job_id is not None:
+            out[d.job_id] = max(out.get(d.job_id, 0), _epoch(d.decided_at))
+    return out
+
+
+def positions(fair: FairShare, running: Sequence[RunningJob]) -> dict[str, AllocationPosition]:
+    load: dict[str, float] = {}
+    for r in running:
+        if r.qos == ALLOC_QOS:
+            load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
+    return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
+                                          ratio=s.ratio,
+                                          running_billing_gpus=load.get(s.account, 0.0))
+            for s in fair.standings if s.kind == "project"}
+
+
+def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
+    taken = datetime.fromtimestamp(now, UTC)
+    out = []
+    for s in fair.standings:
+        if s.kind == "user":
+            continue
+        up = fair.node(s.path[:-1]) if len(s.path) > 1 else None
+        parent = up.account if up is not None else None
+        out.append(BudgetSnapshot(
+            idempotency_key=derive_key("budget_snapshot", s.account, taken), taken_at=taken,
+            account=s.account, parent=parent, budget_share=s.budget_share,
+            usage_gpu_hours=s.delivered, owed_gpu_hours=s.owed, site_factor=s.site_factor))
+    return tuple(out)
+
+
+def plan_cycle(cfg: Config, obs: Observation) -> Plan:
+    """Everything this cycle would do, decided from ``obs`` alone."""
+    now = obs.now
+    jobs = obs.jobs
+    pending = views.pending_jobs(jobs)
+    fair = fair_share(cfg, views.footprints(cfg, jobs, obs.usage), now,
+                      pending_assocs={(p.account, p.user) for p in pending})
+    targets = site_factors(fair, pending, cfg.policy.fairshare)
+    current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
+    changed = {job: v for job, v in targets.items() if current.get(job) != v}
+
+    actions: list[Action] = []
+    if obs.runaway and cfg.policy.reclaim.fix_runaway:
+        ids = sorted(obs.runaway)
+        actions.append(Action(
+            kind="fix_runaway", decision="fix_runaway",
+            key=derive_key("daemon.fix_runaway", ids),
+            reason=f"slurmdbd lists {len(ids)} runaway job(s) that slurmctld does not know; "
+                   f"closing them so their usage stops growing",
+            details={"jobs": ids}))
+
+    running = views.running_jobs(cfg, jobs)
+    starts = {r.job_id: r.start for r in running}
+    history = list(obs.history)
+    zombies = zombie_verdicts(now, running, views.gpu_samples(obs.samples),
+                              warned_at(history), cfg.policy.reclaim)
+    acted: set[int] = set()
+    gpus_of = {r.job_id: r.gpus for r in running}
+    for z in zombies:
+        kind = {"warn": "warn", "requeue": "requeue", "cancel": "cancel"}[z.action]
+        decision = f"zombie_{z.action}"
+        acted.add(z.job_id)
+        gpus = gpus_of.get(z.job_id, 0)
+        actions.append(Action(
+            kind=kind, decision=decision, job_id=z.job_id, gpus=gpus, reason=z.reason,
+            key=derive_key(f"daemon.{decision}", z.job_id, starts.get(z.job_id)),
+            details={**z.details, "gpus": gpus}))
+
+    candidates = [r for r in running if r.job_id not in acted]
+    requeues = plan_requeues(
+        now, candidates, views.waiting_jobs(cfg, jobs), positions(fair, running),
+        ledger(history), views.free_gpus(cfg, obs.nodes, running), views.total_gpus(cfg),
+        cfg.policy.contracts)
+    for rq in requeues:
+        actions.append(Action(
+            kind="requeue", decision="requeue", job_id=rq.victim, gpus=rq.gpus,
+            reason=rq.reason, key=derive_key("daemon.requeue", rq.victim, starts.get(rq.victim)),
+            details={**rq.details, "gpus": rq.gpus, "for_job": rq.for_job,
+                     "victim_account": rq.victim_account, "for_account": rq.for_account}))
+
+    node_map = {n.name: n for n in obs.nodes}
+    drains = [*stuck_completing(now, views.completing_jobs(jobs), node_map, cfg.policy.reclaim),
+              *orphan_drains(now, views.orphan_reports(obs.orphans), node_map,
+                             cfg.policy.reclaim)]
+    seen: set[str] = set()
+    for d in drains:
+        if d.node in seen:
+            continue
+        seen.add(d.node)
+        decision = f"drain_{d.kind}"
+        cause = d.job_id if d.job_id is not None else d.details.get("at")
+        actions.append(Action(
+            kind="drain", decision=decision, node=d.node, job_id=d.job_id, reason=d.reason,
+            key=derive_key("daemon.drain", d.node, d.kind, cause), details=dict(d.details)))
+
+    return Plan(now=now, cycle=now, fair=fair, site_factors=targets, changed=changed,
+                actions=tuple(actions), snapshots=snapshots(fair, now))

@@ -1,0 +1,203 @@
+"""What operators read: ``budget status`` rows and ``why JOBID`` answers (pure).
+
+Both take values the CLI gathered (a ``FairShare``, GPU stats, a job, its decisions) and
+return plain dicts for ``--json`` plus the text a person reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from slurm_ml.model import Job
+from slurm_ml.policy.fairshare import FairShare, Standing
+from slurm_ml.store.records import Decision, JobGpuStats
+
+ADMISSION_PREFIX = "slurm-ml "
+
+
+def _num(x: float | None, digits: int = 2) -> float | None:
+    if x is None or math.isinf(x) or math.isnan(x):
+        return None
+    return round(x, digits)
+
+
+def utilisation_by_account(stats: Sequence[JobGpuStats]) -> dict[str, float]:
+    """Mean GPU utilisation per account, weighted by each GPU's run time (epilog stats)."""
+    weight: dict[str, float] = {}
+    total: dict[str, float] = {}
+    for s in stats:
+        hours = ((s.ended_at - s.started_at).total_seconds() / 3600) if s.started_at else 0.0
+        w = max(hours, 1e-6)
+        weight[s.account] = weight.get(s.account, 0.0) + w
+        total[s.account] = total.get(s.account, 0.0) + w * s.mean_util_pct
+    return {a: total[a] / weight[a] for a in weight}
+
+
+def _util_of(s: Standing, util: Mapping[str, float], fair: FairShare) -> float | None:
+    if s.kind == "project":
+        return util.get(s.account)
+    if s.kind == "user":
+        return None
+    # a program or the org: weighted by the delivered hours of its projects
+    kids = [c for c in fair.standings if c.kind == "project" and c.path[:len(s.path)] == s.path]
+    num = sum(util[c.account] * c.delivered for c in kids if c.account in util)
+    den = sum(c.delivered for c in kids if c.account in util)
+    return num / den if den > 0 else None
+
+
+def budget_rows(fair: FairShare, util: Mapping[str, float]) -> list[dict[str, Any]]:
+    """One row per tree node, depth-first, with the numbers ``budget status`` shows."""
+    rows = []
+    for s in fair.standings:
+        rows.append({
+            "path": "/".join(s.path), "kind": s.kind, "account": s.account, "user": s.user,
+            "budget_share": _num(s.budget_share, 4), "owed_gpu_hours": _num(s.owed),
+            "delivered_gpu_hours": _num(s.delivered), "ratio": _num(s.ratio, 3),
+            "pending_gpus": _num(s.pending_gpus), "allocated_gpu_hours": _num(s.delivered),
+            "unallocated_gpu_hours": _num(s.unallocated), "demand_gpu_hours": _num(s.demand),
+            "level_fs": _num(s.level_fs, 4), "rank": s.rank, "site_factor": s.site_factor,
+            "mean_gpu_util_pct": _num(_util_of(s, util, fair), 1),
+        })
+    return rows
+
+
+def ranking(fair: FairShare) -> list[dict[str, Any]]:
+    """Associations with pending work in scheduling order (rank 1 first)."""
+    ranked = [s for s in fair.standings if s.kind == "user" and s.rank is not None]
+    ranked.sort(key=lambda s: (s.rank or 0, s.account, s.user or ""))
+    return [{"rank": s.rank, "account": s.account, "user": s.user, "site_factor": s.site_factor,
+             "ratio": _num(s.ratio, 3)} for s in ranked]
+
+
+def budget_json(fair: FairShare, util: Mapping[str, float]) -> dict[str, Any]:
+    return {"window_start": fair.window_start, "window_end": fair.window_end,
+            "capacity_billing_gpus": fair.capacity, "nodes": budget_rows(fair, util),
+            "ranking": ranking(fair)}
+
+
+def _cell(v: Any, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def budget_text(data: Mapping[str, Any]) -> str:
+    start = datetime.fromtimestamp(data["window_start"]).strftime("%Y-%m-%d %H:%M")
+    end = datetime.fromtimestamp(data["window_end"]).strftime("%Y-%m-%d %H:%M")
+    head = (f"Budget window {start} .. {end}; capacity {data['capacity_billing_gpus']:.1f} "
+            f"billing GPUs. GPU-hours are billing-weighted.")
+    cols = ("node", "share", "owed", "delivered", "del/owed", "pending", "unalloc",
+            "util%", "rank")
+    rows = []
+    for r in data["nodes"]:
+        depth = r["path"].count("/")
+        name = "  " * depth + (r["user"] or r["account"])
+        rows.append((name, _cell(r["budget_share"] and r["budget_share"] * 100, "{:.1f}%"),
+                     _cell(r["owed_gpu_hours"]), _cell(r["delivered_gpu_hours"]),
+                     _cell(r["ratio"], "{:.2f}"), _cell(r["pending_gpus"], "{:.0f}"),
+                     _cell(r["unallocated_gpu_hours"]), _cell(r["mean_gpu_util_pct"]),
+                     _cell(r["rank"], "{}")))
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    lines = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cols, widths, strict=True)))]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    under = [r for r in data["nodes"] if r["kind"] == "project" and r["ratio"] is not None
+             and r["ratio"] < 0.95 and (r["pending_gpus"] or 0) > 0]
+    idle = [r for r in data["nodes"] if r["kind"] == "project"
+            and r["mean_gpu_util_pct"] is not None and r["mean_gpu_util_pct"] < 25]
+    for r in under:
+        lines.append(f"note: {r['account']} got {r['ratio']:.0%} of what it is owed and has "
+                     f"work pending: its jobs rank first.")
+    for r in idle:
+        lines.append(f"note: {r['account']} used its GPUs at {r['mean_gpu_util_pct']:.0f}% on "
+                     f"average: allocated but mostly idle.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- why JOBID
+
+
+def admission_record(job: Job | None) -> dict[str, Any] | None:
+    """The decision submitd left in AdminComment (``slurm-ml {json}``), if any."""
+    if job is None or not job.admin_comment.startswith(ADMISSION_PREFIX):
+        return None
+    try:
+        data = json.loads(job.admin_comment[len(ADMISSION_PREFIX):])
+    except json.JSONDecodeError:
+        return {"raw": job.admin_comment}
+    return data if isinstance(data, dict) else {"raw": job.admin_comment}
+
+
+def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
+             fair: FairShare | None, decisions: Sequence[Decision]) -> dict[str, Any]:
+    out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
+    if job is not None:
+        out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,
+                      "user": job.user, "qos": job.qos, "site_factor": job.site_factor,
+                      "nice": job.nice, "priority": job.priority}
+    out["priority"] = dict(parts) if parts is not None else None
+    if fair is not None and job is not None:
+        assoc = fair.association(job.account, job.user)
+        acct = fair.account(job.account)
+        out["budget"] = {
+            "association": None if assoc is None else {
+                "rank": assoc.rank, "site_factor": assoc.site_factor,
+                "level_fs": _num(assoc.level_fs, 4), "delivered_gpu_hours": _num(assoc.delivered),
+                "owed_gpu_hours": _num(assoc.owed), "ratio": _num(assoc.ratio, 3)},
+            "account": None if acct is None else {
+                "budget_share": _num(acct.budget_share, 4), "level_fs": _num(acct.level_fs, 4),
+                "delivered_gpu_hours": _num(acct.delivered), "owed_gpu_hours": _num(acct.owed),
+                "ratio": _num(acct.ratio, 3), "pending_gpus": _num(acct.pending_gpus)},
+            "ranked_associations": sum(1 for s in fair.standings if s.rank is not None)}
+    out["admission"] = admission_record(job)
+    out["history"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "reason": d.reason,
+                       "dry_run": d.dry_run, "details": d.details} for d in decisions]
+    return out
+
+
+def why_text(data: Mapping[str, Any]) -> str:
+    jid = data["job_id"]
+    lines = []
+    job = data.get("job")
+    if job is None:
+        lines.append(f"Job {jid} is not known to slurmctld (finished, or a wrong id); "
+                     f"showing what slurm-ml recorded about it.")
+    else:
+        lines.append(f"Job {jid}: {job['state']} ({job['reason'] or 'no reason'}), user "
+                     f"{job['user']}, account {job['account']}, QOS {job['qos']}.")
+    prio = data.get("priority")
+    if prio:
+        parts = ", ".join(f"{k}={v}" for k, v in prio.items() if k not in ("job_id",))
+        lines.append(f"Priority: {parts}")
+    budget = data.get("budget")
+    if budget and budget.get("association"):
+        a = budget["association"]
+        lines.append(
+            f"SiteFactor {a['site_factor']} = band of rank {a['rank']} of "
+            f"{budget['ranked_associations']} associations with pending work (Fair Tree "
+            f"over the window: delivered {a['delivered_gpu_hours']} of "
+            f"{a['owed_gpu_hours']} owed GPU-hours).")
+    if budget and budget.get("account"):
+        b = budget["account"]
+        ratio = "n/a" if b["ratio"] is None else f"{b['ratio']:.2f}"
+        lines.append(f"Account {job['account'] if job else '?'}: budget share "
+                     f"{(b['budget_share'] or 0) * 100:.1f}%, delivered "
+                     f"{b['delivered_gpu_hours']} / owed {b['owed_gpu_hours']} GPU-hours "
+                     f"(ratio {ratio}), {b['pending_gpus']} billing GPUs pending.")
+    adm = data.get("admission")
+    if adm:
+        lines.append(f"Admission: {json.dumps(adm, sort_keys=True)}")
+    else:
+        lines.append("Admission: no slurm-ml record (submitted while submitd was away, or "
+                     "not a GPU job).")
+    hist = data.get("history") or []
+    if not hist:
+        lines.append("No requeue, cancel or warning by slurm-ml.")
+    for h in hist:
+        tag = " (dry run: not done)" if h["dry_run"] else ""
+        lines.append(f"{h['at']} {h['kind']}{tag}: {h['reason']}")
+    return "\n".join(lines)

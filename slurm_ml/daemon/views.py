@@ -1,0 +1,194 @@
+"""Turn what Slurm and the store report into the value types the policies take (pure).
+
+Billing: a job's GPUs count at their type's ``billing_weight`` (the same numbers the
+rendered ``TRESBillingWeights`` use). A typed accounting entry (``gres/gpu:a100_80g``)
+gives the type; an allocation with only untyped ``gres/gpu`` is billed at the types of
+the nodes it ran on when known, else at weight 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from slurm_ml.config import Config
+from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.fairshare import Footprint, PendingJob
+from slurm_ml.policy.features import gpu_type_terms, parse_constraint
+from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
+from slurm_ml.store.records import HealthEvent, UtilSample
+
+
+def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
+    """Billing GPUs of one accounted allocation."""
+    typed = 0.0
+    billing = 0.0
+    for key, count in u.alloc_tres.items():
+        if key.startswith("gres/gpu:"):
+            name = key.split(":", 1)[1]
+            gpu_type = cfg.gpu_types.get(name)
+            typed += count
+            billing += count * (gpu_type.billing_weight if gpu_type else 1.0)
+    untyped = u.alloc_tres.get("gres/gpu", 0.0) - typed
+    return billing + max(0.0, untyped)
+
+
+@functools.lru_cache(maxsize=65536)
+def expand(nodes: str) -> tuple[str, ...]:
+    """A Slurm host list as node names; empty for "" or "(null)" or a bad list.
+
+    Cached: a cycle sees the same few host lists many times, and most are one node.
+    """
+    if not nodes or nodes.startswith("("):
+        return ()
+    if "[" not in nodes and "," not in nodes:
+        return (nodes,)
+    try:
+        return tuple(str(n) for n in NodeSet(nodes))
+    except NodeSetException:
+        return ()
+
+
+def job_gpu_type(cfg: Config, job: Job, nodes: Sequence[str] | None = None) -> str | None:
+    """The GPU type a running job got: its nodes' class, else the type it asked for."""
+    for node in expand(job.nodes) if nodes is None else nodes:
+        t = cfg.gpu_type_of_node(node)
+        if t is not None:
+            return t.name
+    typed = {g.gpu_type for g in job.gpus if g.gpu_type}
+    return typed.pop() if len(typed) == 1 else None
+
+
+def acceptable_types(cfg: Config, job: Job) -> frozenset[str]:
+    """GPU types a pending job may run on (empty = any): typed GRES, else the constraint."""
+    typed = frozenset(g.gpu_type for g in job.gpus if g.gpu_type)
+    if typed:
+        return typed
+    if not job.features:
+        return frozenset()
+    return _constraint_types(job.features, tuple((t.feature, n) for n, t in cfg.gpu_types.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _constraint_types(features: str, feature_to_type: tuple[tuple[str, str], ...],
+                      ) -> frozenset[str]:
+    constraint = parse_constraint(features)
+    if constraint is None:
+        return frozenset()
+    return gpu_type_terms(constraint, dict(feature_to_type))
+
+
+def job_billing_gpus(cfg: Config, job: Job, gpu_type: str | None = None,
+                     types: Iterable[str] = ()) -> float:
+    """Billing GPUs of a job: its type's weight, or the highest of the types it accepts."""
+    names = [gpu_type] if gpu_type else list(types)
+    weights = [cfg.gpu_types[n].billing_weight for n in names if n in cfg.gpu_types]
+    return job.total_gpus * (max(weights) if weights else 1.0)
+
+
+def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> list[Footprint]:
+    """The window's allocations (from slurmdbd) plus the jobs pending now (from slurmctld)."""
+    out = [Footprint(job_id=u.job_id, account=u.account, user=u.user,
+                     billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
+                     pending_from=u.submit, run_from=u.start, until=u.end)
+           for u in usage if u.gpus > 0]
+    for j in jobs:
+        if j.state == JobState.PENDING and j.total_gpus > 0:
+            out.append(Footprint(job_id=j.job_id, account=j.account, user=j.user,
+                                 billing_gpus=job_billing_gpus(cfg, j,
+                                                               types=acceptable_types(cfg, j)),
+                                 allocated=j.qos == ALLOC_QOS, pending_from=j.submit_time,
+                                 run_from=None, until=None))
+    return out
+
+
+def pending_jobs(jobs: Sequence[Job]) -> list[PendingJob]:
+    return [PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
+                       nice=j.nice)
+            for j in jobs if j.state == JobState.PENDING]
+
+
+def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
+    out = []
+    for j in jobs:
+        if j.state != JobState.RUNNING or not j.start_time or j.total_gpus <= 0:
+            continue
+        names = expand(j.nodes)
+        gpu_type = job_gpu_type(cfg, j, names)
+        out.append(RunningJob(
+            job_id=j.job_id, name=j.name, account=j.account, user=j.user, qos=j.qos,
+            gpus=j.total_gpus, gpu_type=gpu_type,
+            billing_gpus=job_billing_gpus(cfg, j, gpu_type), nodes=names,
+            start=j.start_time, time_min_s=None if j.time_min_min is None else
+            j.time_min_min * 60, requeue=j.requeue, batch=j.batch))
+    return out
+
+
+def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
+    """Pending GPU jobs in Slurm's order (highest priority first, then submit time)."""
+    pending = [j for j in jobs if j.state == JobState.PENDING and j.total_gpus > 0]
+    pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or 0, j.job_id))
+    out = []
+    for order, j in enumerate(pending):
+        types = acceptable_types(cfg, j)
+        out.append(WaitingJob(
+            job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, gpus=j.total_gpus,
+            gpu_types=types, billing_gpus=job_billing_gpus(cfg, j, types=types),
+            submit=j.submit_time or 0, reason=j.reason, order=order))
+    return out
+
+
+def free_gpus(cfg: Config, nodes: Sequence[Node], running: Sequence[RunningJob]) -> dict[str, int]:
+    """Idle GPUs per type on nodes that can take work (not drained, down or failing)."""
+    busy: dict[str, int] = {}
+    for r in running:
+        per_node = r.gpus // max(1, len(r.nodes)) if r.nodes else 0
+        for name in r.nodes:
+            busy[name] = busy.get(name, 0) + per_node
+    out: dict[str, int] = {}
+    for node in nodes:
+        node_class = cfg.node_class_of(node.name)
+        if node_class is None or node.drained or node.state in _UNUSABLE \
+                or "NOT_RESPONDING" in node.flags:
+            continue
+        total = node.gpus_total or node_class.gpus_per_node
+        gtype = node_class.gpu_type
+        out[gtype] = out.get(gtype, 0) + max(0, total - busy.get(node.name, 0))
+    return out
+
+
+_UNUSABLE = frozenset({"DOWN", "FAIL", "FUTURE", "UNKNOWN"})
+
+
+def total_gpus(cfg: Config) -> int:
+    return sum(c.gpus_per_node for n in cfg.all_nodes() if (c := cfg.node_class_of(n)))
+
+
+def completing_jobs(jobs: Sequence[Job]) -> list[CompletingJob]:
+    return [CompletingJob(job_id=j.job_id, nodes=expand(j.nodes), ended_at=j.end_time)
+            for j in jobs if j.state == JobState.COMPLETING]
+
+
+def _epoch(at: datetime) -> int:
+    return int(at.timestamp())
+
+
+def gpu_samples(samples: Mapping[int, Sequence[UtilSample]]) -> dict[int, list[GpuSample]]:
+    return {job: [GpuSample(job_id=s.job_id, node=s.node, gpu=s.gpu_index, at=_epoch(s.sampled_at),
+                            util_pct=s.util_pct, mem_mb=s.mem_used_mb) for s in rows]
+            for job, rows in samples.items()}
+
+
+def orphan_reports(events: Sequence[HealthEvent]) -> list[OrphanReport]:
+    out = []
+    for e in events:
+        pids = e.details.get("pids")
+        out.append(OrphanReport(
+            node=e.node, at=_epoch(e.observed_at), gpu=e.gpu_index,
+            pids=tuple(int(p) for p in pids if isinstance(p, int)) if isinstance(pids, list)
+            else ()))
+    return out

@@ -1,0 +1,331 @@
+"""The reconciler daemon against the real dev cluster and a fresh PostgreSQL database.
+
+One module-scoped workload fills the cluster with allocated work of the nlp program
+(program budgets 70/30 in this test's config, a 3-minute window so that only this
+test's usage counts): every a100 GPU and both v100 nodes, one v100 job resumable, one
+not. Then researchers of both programs queue v100 jobs, and the daemon (the real
+``slurm-ml daemon`` process, run as root like in production) decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from slurm_ml import proc
+from slurm_ml.slurm.parse import parse_oneliner
+from slurm_ml.store.postgres import PostgresStore
+from slurm_ml.store.records import UtilSample, derive_key
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "conf" / "slurm-ml.yaml"
+SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def sbatch(user: str, account: str, *args: str) -> int:
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", f"--account={account}", "--time=15", *args],
+                   check=False, timeout_s=30)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.strip().split(";")[0])
+
+
+def show(job_id: int) -> dict[str, str]:
+    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
+    return parse_oneliner(out.strip().splitlines()[0])
+
+
+def wait_state(job_id: int, states: set[str], timeout_s: float = 120) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fields = show(job_id)
+        if fields["JobState"] in states:
+            return fields
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
+        time.sleep(1)
+
+
+def sprio_site(job_ids: list[int]) -> dict[int, int]:
+    out = proc.run(["sprio", "-h", "-o", "%i %S", "-j", ",".join(map(str, job_ids))]).stdout
+    return {int(a): int(b) for a, b in (line.split() for line in out.splitlines() if line)}
+
+
+def daemon(cfg: Path, dsn: str, *args: str, env: dict[str, str] | None = None,
+           check: bool = True) -> dict[str, Any]:
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", dsn, "--once",
+                    "--json", *args], check=False, timeout_s=180, env=env)
+    if check:
+        assert res.returncode == 0, res.stderr[-3000:]
+    data: dict[str, Any] = json.loads(res.stdout)
+    data["_stderr"] = res.stderr
+    return data
+
+
+def audit_rows(dsn: str, key_prefix: str | None = None) -> list[tuple[str, str, str]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT idempotency_key, action, target FROM audit_log "
+                            "ORDER BY id").fetchall()
+    return [(str(k), str(a), str(t)) for k, a, t in rows
+            if key_prefix is None or str(k).startswith(key_prefix)]
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def dsn(admin_dsn: str) -> Iterator[str]:
+    """A fresh database: the daemon's snapshots must not leak into submitd's."""
+    name = f"t_daemon_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield make_conninfo(admin_dsn, dbname=name)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+def write_config(path: Path, **policy: dict[str, Any]) -> Path:
+    data = yaml.safe_load(CONFIG.read_text())
+    for prog in data["budgets"]["programs"]:
+        prog["weight"] = {"nlp": 70, "vision": 30}[prog["name"]]
+    pol = data["policy"]
+    pol["fairshare"].update(window_hours=0.05, owed_bucket_s=20, cycle_interval_s=3)
+    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5)
+    pol["reclaim"].update(zombie_heartbeat_s=60, zombie_grace_s=0, fix_runaway=False)
+    for section, knobs in policy.items():
+        pol[section].update(knobs)
+    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
+    data["store"]["spool_dir"] = str(path.parent / "spool")
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cfgs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("daemon")
+    return {
+        # no requeue budget: ranking only
+        "rank": write_config(base / "rank.yaml", contracts={"preempt_cap_fraction": 0.01}),
+        "act": write_config(base / "act.yaml"),
+    }
+
+
+@pytest.fixture(scope="module")
+def workload(slurm_conf: str) -> Iterator[dict[str, int]]:
+    """nlp (alice, llm-pretrain) fills the cluster with allocated work."""
+    ids: dict[str, int] = {}
+    try:
+        for i, gtype in enumerate(("a100_80g", "a100_80g", "a100_40g")):
+            ids[f"fill{i}"] = sbatch("alice", "llm-pretrain", f"--gres=gpu:{gtype}:8",
+                                     "--no-requeue", "--wrap", "sleep 900")
+        ids["zombie"] = sbatch("bob", "llm-pretrain", "--gres=gpu:a100_40g:8", "--requeue",
+                               "--time-min=1", "--wrap", "sleep 900")
+        ids["resumable"] = sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--requeue",
+                                  "--time-min=1", "--wrap", "sleep 900")
+        ids["pinned"] = sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--no-requeue",
+                               "--time-min=1", "--wrap", "sleep 900")
+        for job in ids.values():
+            wait_state(job, {"RUNNING"})
+        ids["started"] = int(time.time())
+        yield ids
+    finally:
+        jobs = [str(v) for k, v in ids.items() if k != "started"]
+        if jobs:
+            proc.run(["scancel", *jobs], check=False)
+
+
+@pytest.fixture(scope="module")
+def queued(workload: dict[str, int]) -> dict[str, int]:
+    """A vision and an nlp researcher queue one v100 job each; both pend (no v100 free)."""
+    out = {"vision": sbatch("dave", "detection", "--gres=gpu:v100:4", "--wrap", "sleep 900"),
+           "nlp": sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--wrap", "sleep 900")}
+    for job in out.values():
+        fields = wait_state(job, {"PENDING"})
+        assert fields["JobState"] == "PENDING"
+    workload.update({f"queued_{k}": v for k, v in out.items()})
+    return out
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_under_served_program_ranks_first_in_sprio_and_budget_status(
+        cfgs: dict[str, Path], dsn: str, queued: dict[str, int]) -> None:
+    time.sleep(25)  # a bucket or so in which vision waits while nlp holds everything
+    cycle = daemon(cfgs["rank"], dsn)
+
+    assert cycle["outcome"] == "acted", cycle
+    site = sprio_site(list(queued.values()))
+    assert site[queued["vision"]] > site[queued["nlp"]] > 0, site
+    long = proc.run(["sprio", "-l", "-j", str(queued["vision"])]).stdout
+    assert str(site[queued["vision"]]) in long
+    status = proc.run([SLURM_ML, "budget", "status", "--config", str(cfgs["rank"]),
+                       "--dsn", dsn, "--json"], timeout_s=120)
+    data = json.loads(status.stdout)
+    order = [(r["account"], r["user"]) for r in data["ranking"]]
+    assert order.index(("detection", "dave")) < order.index(("llm-pretrain", "alice")), order
+    by_acct = {r["account"]: r for r in data["nodes"] if r["kind"] == "program"}
+    assert by_acct["nlp"]["budget_share"] == 0.7
+    assert by_acct["nlp"]["delivered_gpu_hours"] > 0
+    assert by_acct["vision"]["delivered_gpu_hours"] == 0
+    assert by_acct["vision"]["pending_gpus"] > 0
+    rank_of = {(r["account"], r["user"]): r["site_factor"] for r in data["ranking"]}
+    assert rank_of[("detection", "dave")] > rank_of[("llm-pretrain", "alice")]
+    # no requeue budget in this config: nothing was requeued
+    assert cycle["counts"]["applied"] == 0, cycle
+    why = proc.run([SLURM_ML, "why", str(queued["vision"]), "--config", str(cfgs["rank"]),
+                    "--dsn", dsn, "--json"], timeout_s=120)
+    answer = json.loads(why.stdout)
+    assert answer["priority"]["site"] == site[queued["vision"]]
+    assert answer["budget"]["association"]["rank"] == 1
+    assert answer["admission"]["qos"] == "alloc"
+
+
+def test_resumable_over_served_job_is_requeued_for_the_starved_one(
+        cfgs: dict[str, Path], dsn: str, workload: dict[str, int],
+        queued: dict[str, int]) -> None:
+    ran = time.time() - workload["started"]
+    if ran < 65:
+        time.sleep(65 - ran)  # past the 1-minute --time-min of the v100 jobs
+    cycle = daemon(cfgs["act"], dsn)
+
+    kinds = [(a["kind"], a["job_id"]) for a in cycle["actions"]]
+    assert ("requeue", workload["resumable"]) in kinds, cycle
+    assert all(job != workload["pinned"] for _kind, job in kinds), cycle
+    requeued = show(workload["resumable"])
+    assert requeued["JobState"] in {"COMPLETING", "PENDING", "REQUEUED", "CONFIGURING", "RUNNING"}
+    assert int(requeued.get("Restarts", "0")) == 1, requeued
+    assert show(workload["pinned"])["JobState"] == "RUNNING"
+    wait_state(queued["vision"], {"RUNNING", "CONFIGURING"}, timeout_s=90)
+
+    why = proc.run([SLURM_ML, "why", str(workload["resumable"]), "--config",
+                    str(cfgs["act"]), "--dsn", dsn, "--json"], timeout_s=120)
+    hist = json.loads(why.stdout)["history"]
+    assert [h["kind"] for h in hist] == ["requeue"], hist
+    assert "minimum runtime" in hist[0]["reason"] and str(queued["vision"]) in hist[0]["reason"]
+
+    again = daemon(cfgs["act"], dsn)  # the pinned job is never requeued, nor R twice
+    assert all(a["job_id"] not in (workload["pinned"], workload["resumable"])
+               for a in again["actions"]), again
+
+
+def _zombie_samples(dsn: str, job: int, node: str, minutes: int = 3) -> None:
+    now = datetime.now(UTC)
+    with PostgresStore(dsn) as store:
+        for k in range(minutes * 6 + 1):
+            at = now - timedelta(seconds=10 * k)
+            for gpu in range(8):
+                store.record_util_sample(UtilSample(
+                    idempotency_key=derive_key("test-zombie", job, gpu, at), job_id=job,
+                    node=node, gpu_index=gpu, sampled_at=at, util_pct=0.0, mem_used_mb=30000))
+
+
+def test_zombie_is_warned_then_requeued(cfgs: dict[str, Path], dsn: str,
+                                        workload: dict[str, int]) -> None:
+    job = workload["zombie"]
+    fields = wait_state(job, {"RUNNING"})
+    _zombie_samples(dsn, job, fields["NodeList"])
+
+    first = daemon(cfgs["act"], dsn)
+    assert ("zombie_warn", job) in [(a["kind"], a["job_id"]) for a in first["actions"]], first
+    assert show(job)["JobState"] == "RUNNING"  # a warning first, no action yet
+
+    _zombie_samples(dsn, job, fields["NodeList"])
+    second = daemon(cfgs["act"], dsn)
+    assert ("zombie_requeue", job) in [(a["kind"], a["job_id"]) for a in second["actions"]]
+    assert int(show(job).get("Restarts", "0")) == 1
+    keys = [k for k, action, _t in audit_rows(dsn) if action in ("zombie_warn",
+                                                                   "zombie_requeue")]
+    assert len(keys) == 4  # warn intent+done, requeue intent+done
+
+
+def test_kill_9_mid_cycle_then_restart_repeats_nothing(
+        cfgs: dict[str, Path], dsn: str, workload: dict[str, int]) -> None:
+    # a fresh resumable zombie, already warned by one cycle, on the first zombie's node
+    proc.run(["scancel", str(workload["zombie"])], check=False)
+    job = sbatch("bob", "llm-pretrain", "--gres=gpu:a100_40g:8", "--requeue", "--time-min=1",
+                 "--wrap", "sleep 900")
+    workload["zombie2"] = job
+    fields = wait_state(job, {"RUNNING"}, timeout_s=150)
+    time.sleep(61)  # the job must have run longer than the heartbeat
+    _zombie_samples(dsn, job, fields["NodeList"])
+    daemon(cfgs["act"], dsn)  # warns
+    _zombie_samples(dsn, job, fields["NodeList"])
+
+    env = {**os.environ, "SLURM_ML_TEST_PAUSE_AFTER_INTENT_S": "60"}
+    child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfgs["act"]), "--dsn", dsn,
+                              "--once"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(a == "zombie_requeue" and t == f"job {job}" for _k, a, t in audit_rows(dsn)):
+            assert time.monotonic() < deadline, "the daemon never recorded its intent"
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=10)
+    assert show(job)["JobState"] == "RUNNING"  # killed between intent and action
+
+    daemon(cfgs["act"], dsn)  # the restart finishes the interrupted action ...
+    daemon(cfgs["act"], dsn)  # ... and a further cycle does nothing more
+    rows = [(k, a) for k, a, t in audit_rows(dsn) if t == f"job {job}" and a == "zombie_requeue"]
+    assert len(rows) == 2 and rows[1][0] == rows[0][0] + "/done", rows
+    assert int(show(job).get("Restarts", "0")) == 1
+
+
+def test_runaway_job_is_fixed(cfgs: dict[str, Path], dsn: str, slurm_conf: str,
+                              tmp_path: Path) -> None:
+    from runaway import runaway_job
+
+    from slurm_ml.slurm.client import CliSlurm
+
+    cfg = write_config(tmp_path / "runaway.yaml", reclaim={"fix_runaway": True},
+                       contracts={"preempt_cap_fraction": 0.01})
+    with runaway_job(slurm_conf) as rj:
+        assert rj.job_id in CliSlurm().list_runaway_jobs()
+        cycle = daemon(cfg, dsn)
+        fixed = [a for a in cycle["actions"] if a["kind"] == "fix_runaway"]
+        assert len(fixed) == 1, cycle
+        assert rj.job_id not in CliSlurm().list_runaway_jobs()
+    assert any(a == "fix_runaway" for _k, a, _t in audit_rows(dsn))
+
+
+def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
+    leader = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfgs["rank"]), "--dsn", dsn],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            second = daemon(cfgs["rank"], dsn)
+            if second["outcome"] == "passive":
+                break
+            assert time.monotonic() < deadline, "the first daemon never took the lock"
+            time.sleep(1)
+        assert second["counts"] == {}
+    finally:
+        leader.send_signal(signal.SIGTERM)
+        leader.wait(timeout=60)
+    assert leader.returncode == 0
+    assert daemon(cfgs["rank"], dsn)["outcome"] == "acted"  # the lock was released

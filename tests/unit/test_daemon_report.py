@@ -1,0 +1,104 @@
+"""What operators read: budget status rows and text, why JOBID, the plot, the CLI help."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from daemon_helpers import CFG, NOW, world
+
+from slurm_ml.cli import main
+from slurm_ml.daemon import report
+from slurm_ml.daemon.observe import observe
+from slurm_ml.daemon.plan import plan_cycle
+from slurm_ml.policy.fairshare import FairShare
+from slurm_ml.slurm.fake import FakeSlurm
+from slurm_ml.store.fake import FakeStore
+from slurm_ml.store.records import BudgetSnapshot, Decision, JobGpuStats
+
+
+def _fair() -> tuple[FakeSlurm, FairShare]:
+    slurm = world()
+    return slurm, plan_cycle(CFG, observe(CFG, slurm, FakeStore(), NOW)).fair
+
+
+def test_budget_rows_cover_the_tree_and_rank_the_starved_team_first() -> None:
+    _slurm, fair = _fair()
+    data = report.budget_json(fair, {"llm-pretrain": 12.5})
+
+    paths = [r["path"] for r in data["nodes"]]
+    assert paths[0] == "ml" and "ml/vision/detection/dave" in paths
+    rows = {r["path"]: r for r in data["nodes"]}
+    nlp, vision = rows["ml/nlp"], rows["ml/vision"]
+    assert nlp["budget_share"] == 0.6 and vision["budget_share"] == 0.4
+    assert nlp["delivered_gpu_hours"] > 0 and vision["delivered_gpu_hours"] == 0
+    assert vision["pending_gpus"] > 0
+    assert rows["ml/nlp/llm-pretrain"]["mean_gpu_util_pct"] == 12.5
+    assert data["ranking"][0]["account"] == "detection"
+    assert [r["rank"] for r in data["ranking"]] == sorted(r["rank"] for r in data["ranking"])
+
+    text = report.budget_text(data)
+    assert "del/owed" in text and "detection" in text
+    assert "note: llm-pretrain used its GPUs at 12% on average" in text
+
+
+def test_utilisation_is_weighted_by_run_time() -> None:
+    end = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def row(util: float, hours: float, key: str) -> JobGpuStats:
+        return JobGpuStats(idempotency_key=key, job_id=1, job_name="j", user="u",
+                           account="a", node="n", gpu_index=0, peak_mem_mb=1,
+                           mean_util_pct=util, ended_at=end,
+                           started_at=end - timedelta(hours=hours))
+
+    got = report.utilisation_by_account([row(100, 3, "k1"), row(0, 1, "k2")])
+    assert got == {"a": pytest.approx(75.0)}
+
+
+def test_why_explains_site_factor_admission_and_history() -> None:
+    slurm, fair = _fair()
+    job = slurm.jobs[20]
+    decision = Decision(idempotency_key="k", cycle=1, job_id=20, kind="requeue",
+                        reason="requeued after its 60-min minimum runtime",
+                        decided_at=datetime.fromtimestamp(NOW, UTC), dry_run=False)
+    job = dataclasses.replace(job, admin_comment='slurm-ml {"qos":"alloc","v":1}')
+    data = report.why_json(20, job, {"site": 5, "age": 1}, fair, [decision])
+
+    assert data["admission"] == {"qos": "alloc", "v": 1}
+    assert data["budget"]["association"]["rank"] == 1
+    text = report.why_text(data)
+    assert "SiteFactor" in text and "rank 1" in text and "requeue: requeued after" in text
+
+    unknown = report.why_text(report.why_json(999, None, None, fair, []))
+    assert "not known to slurmctld" in unknown and "No requeue" in unknown
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from slurm_ml.daemon.plot import plot_budget
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    snaps = [BudgetSnapshot(idempotency_key=f"{a}{i}", taken_at=t0 + timedelta(hours=i),
+                            account=a, parent=p, budget_share=0.5, usage_gpu_hours=i * 2.0,
+                            owed_gpu_hours=i * 2.5)
+             for i in range(5) for a, p in (("nlp", "ml"), ("llm-pretrain", "nlp"))]
+    out = tmp_path / "b.png"
+    plot_budget(snaps, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv", [["daemon", "--help"], ["budget", "status", "--help"],
+                                  ["why", "--help"]], ids=["daemon", "budget", "why"])
+def test_operator_commands_have_help_with_exit_codes(argv: list[str]) -> None:
+    res = CliRunner().invoke(main, argv)
+    assert res.exit_code == 0 and "Exit codes" in res.output and "--json" in res.output
+
+
+def test_bad_config_is_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "c.yaml"
+    bad.write_text("cluster: 1\n")
+    res = CliRunner().invoke(main, ["budget", "status", "--config", str(bad)])
+    assert res.exit_code == 2 and "cluster" in res.output
