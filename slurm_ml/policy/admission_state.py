@@ -33,9 +33,14 @@ class AdmissionState:
 
 
 def window_capacity_gpu_hours(cfg: Config) -> float:
-    """GPU-hours the whole cluster offers in one fair-share window."""
-    gpus = sum(c.gpus_per_node for n in cfg.all_nodes() if (c := cfg.node_class_of(n)))
-    return gpus * cfg.policy.fairshare.window_hours
+    """Billing GPU-hours the whole cluster offers in one fair-share window (the unit the
+    reconciler's snapshots count usage in: GPUs x their type's billing weight)."""
+    billing = 0.0
+    for node in cfg.all_nodes():
+        c = cfg.node_class_of(node)
+        if c is not None:
+            billing += c.gpus_per_node * cfg.gpu_types[c.gpu_type].billing_weight
+    return billing * cfg.policy.fairshare.window_hours
 
 
 def account_standing(account: str, budget_share: float, usage_gpu_hours: float,

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from slurm_ml.config import load_config, parse_config
+from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AdmissionState, window_capacity_gpu_hours
 from slurm_ml.store import BudgetSnapshot, FakeStore, JobGpuStats
 from slurm_ml.submitd.server import PolicyServer
@@ -25,8 +26,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 CFG = load_config(EXAMPLE)
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-#: 2 x 8 + 2 x 8 + 2 x 4 GPUs over a 168 h window
-CAPACITY = 40 * 168.0
+#: 2 x 8 x 1.0 + 2 x 8 x 0.8 + 2 x 4 x 0.4 billing GPUs over a 168 h window
+CAPACITY = (16 * 1.0 + 16 * 0.8 + 8 * 0.4) * 168.0
 
 
 def snapshot(account: str, share: float, usage: float, *, minutes: int = 0,
@@ -365,9 +366,9 @@ ADOPTED: list[tuple[str, Callable[[str], str], Callable[[PolicyServer], None]]] 
      lambda s: _assert(s.handle_line(IN_A100)["set"]["min_nodes"] == 2)),
     ("cap-changed",
      lambda t: t.replace("min_runtime_cap_hours: 8", "min_runtime_cap_hours: 1"),
-     lambda s: _assert(s.handle_line(json.dumps(
+     lambda s: _assert(recorded_min_runtime_min(s.handle_line(json.dumps(
          {"op": "submit", "job": {"user_name": "bob", "tres_per_node": "gres:gpu:1",
-                                  "time_min": 600}}))["set"]["time_min"] == 60)),
+                                  "time_min": 600}}))["set"]["admin_comment"]) == 60)),
 ]
 
 
