@@ -37,7 +37,7 @@ local JOB_FIELDS = {
 -- an update touching one of these is re-checked (wire.py SHAPE_FIELDS)
 local SHAPE_FIELDS = {
   "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
-  "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
+  "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "time_min",
 }
 
 local have_libs, socket, unix, cjson = pcall(function()
@@ -190,7 +190,13 @@ local function consult(request, job_desc, who, tell_user)
       slurm.log_error("slurm-ml: %s: could not apply the rewrite: %s", who, tostring(err))
     end
   end
-  if has_message and tell_user then slurm.log_user("%s", message) end
+  if has_message then
+    if tell_user then
+      slurm.log_user("%s", message)
+    else
+      slurm.log_info("slurm-ml: %s: %s", who, message)
+    end
+  end
   return slurm.SUCCESS
 end
 

@@ -3,6 +3,12 @@
 Order: capability matching widens the GPU types, gang shaping picks the node layout on
 the node classes of those types, budget routing picks the QOS and protected runtime.
 Each step adds one sentence to the message the researcher sees on sbatch's stderr.
+
+Every decision is stamped into the job's AdminComment as ``slurm-ml {json}``. Its
+``min_runtime`` key (minutes) is the minimum-runtime contract of a routed job: the time
+the reconciler may not requeue it, read back with ``recorded_min_runtime_min``. It is 0 for
+QOS free and absent for jobs slurm-ml does not route. Slurm's own ``time_min`` is never
+used for it (see ``routing``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from slurm_ml.policy.capability import Capability, describe_need, match
 from slurm_ml.policy.cluster_view import ClassSlice, ClusterView
 from slurm_ml.policy.features import Constraint, parse_constraint, render, without_gpu_terms
 from slurm_ml.policy.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
-from slurm_ml.policy.routing import Route, route
+from slurm_ml.policy.routing import Route, route, update_route
 from slurm_ml.policy.shape import (
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     Layout,
@@ -41,8 +47,7 @@ class Decision:
     untype_gpus: bool = False  # drop the GRES type (the features carry the types now)
     features: str | None = None  # new --constraint; None = keep
     qos: str | None = None
-    time_min: int | None = None
-    clear_time_min: bool = False
+    clear_time_min: bool = False  # clear Slurm's --time-min; admission never sets one
     site_factor: int | None = None
     record: dict[str, object] = field(default_factory=dict)
 
@@ -56,6 +61,26 @@ class Decision:
 
 
 PASS = Decision()
+
+
+def recorded_min_runtime_min(admin_comment: str) -> int | None:
+    """The protected runtime, in minutes, that admission recorded in a job's AdminComment.
+
+    None when the AdminComment holds no slurm-ml record, when the record has no
+    ``min_runtime`` (a job in a QOS slurm-ml does not route, or one admitted before the
+    key existed, whose contract was still Slurm's TimeMin) or when the value is not a
+    non-negative integer.
+    """
+    if not admin_comment or not admin_comment.startswith(RECORD_PREFIX):
+        return None
+    try:
+        record = json.loads(admin_comment[len(RECORD_PREFIX):])
+    except (ValueError, RecursionError):
+        return None
+    value = record.get("min_runtime") if isinstance(record, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
@@ -103,7 +128,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         features = render(base, tuple(cfg.gpu_types[t].feature for t in types), matching=multi)
     notes = _notes(req, cfg, cap, types=types, widened=widened, layout=layout,
                    shape_note=verdict.note)
-    rt = route(req, cfg, state) if routing else Route()
+    rt = route(req, cfg, state) if routing else update_route(req)
     if rt.note:
         notes.append(rt.note)
     typed = sorted(req.typed_gpus)
@@ -114,7 +139,6 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         untype_gpus=widened and bool(typed),
         features=features,
         qos=rt.qos if rt.qos != req.qos else None,
-        time_min=rt.time_min,
         clear_time_min=rt.clear_time_min,
         site_factor=rt.site_factor,
         record=_record(req, now, cap, types=types if widened else None, layout=layout, rt=rt),
@@ -167,8 +191,8 @@ def _record(req: JobRequest, now: datetime, cap: Capability, *,
         record["shape"] = f"{layout.nodes}x{layout.per_node}"
     if rt.qos:
         record["qos"] = rt.qos
-    if rt.time_min is not None:
-        record["time_min"] = rt.time_min
+    if rt.min_runtime is not None:
+        record["min_runtime"] = rt.min_runtime
     if req.requeue is not None:
         record["requeue"] = int(req.requeue)
     if rt.site_factor is not None:

@@ -1,8 +1,14 @@
-"""Budget routing: QOS ``alloc`` (charged, protected for --time-min) or ``free``.
+"""Budget routing: QOS ``alloc`` (charged, protected from requeue) or ``free``.
 
 ``free`` is uncharged and preemptible; a job lands there when the user asks for no
 protected runtime (``--time-min=0``), when its account has no budget, or when the
 account has used its share of the window.
+
+The protected runtime (the minimum-runtime contract) is never carried in Slurm's own
+``time_min``: to Slurm, ``--time-min`` lets the backfill scheduler *lower* the job's
+``--time`` limit down to it, so a job could be started with a one-hour limit and killed.
+Admission records the contract in the job's AdminComment record (``min_runtime``) and
+clears any ``--time-min`` the user gave on the jobs it routes.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 @dataclass(frozen=True, slots=True)
 class Route:
     qos: str | None = None  # None = leave the job's QOS alone
-    time_min: int | None = None  # new --time-min in minutes; None = unchanged
-    clear_time_min: bool = False  # drop --time-min (free jobs with --time-min=0)
+    min_runtime: int | None = None  # protected minutes, for the record; None = not routed
+    clear_time_min: bool = False  # clear Slurm's --time-min (job_desc.time_min = NO_VAL)
     site_factor: int | None = None
     note: str = ""
     account: str | None = None
@@ -37,7 +43,6 @@ def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
     account = req.account or default_account(cfg, req.user)
     standing = state.standing.get(account) if account else None
     factor = standing.site_factor if standing else None
-    clear = req.time_min_min == NO_MIN_RUNTIME
     free_note = ""
     budgeted = {name for name, _parent in cfg.budgets.accounts()}
     if account is None or account not in budgeted:
@@ -55,18 +60,21 @@ def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
                      f"GPU-hours), so the job runs in QOS {FREE_QOS}: uncharged, but "
                      f"preemptible. It returns to {ALLOC_QOS} as the window moves on.")
     if free_note:
+        if req.time_min_min:
+            free_note += (" Its --time-min was dropped (QOS free protects no runtime) so the "
+                          "scheduler cannot shorten your --time limit.")
         if req.requeue is False:
             free_note += (" With --no-requeue a preempted job is cancelled, not requeued; "
                           "drop --no-requeue if the job can restart from a checkpoint.")
-        return Route(qos=FREE_QOS, clear_time_min=clear, site_factor=factor, note=free_note,
-                     account=account)
+        return Route(qos=FREE_QOS, min_runtime=0, clear_time_min=req.time_min_min is not None,
+                     site_factor=factor, note=free_note, account=account)
     assert account is not None  # a budgeted account
     return _alloc(req, cfg, account, factor)
 
 
 def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Route:
     cap = int(cfg.policy.contracts.min_runtime_cap_hours * 60)
-    asked = req.time_min_min
+    asked = req.time_min_min  # None or > 0 here: --time-min=0 went to free
     minutes = asked if asked is not None else cfg.policy.admission.default_min_runtime_min
     why = "" if asked is not None else " (the default; set --time-min to change it)"
     if minutes > cap:
@@ -74,6 +82,24 @@ def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Ro
     if req.time_limit_min is not None and minutes > req.time_limit_min:
         minutes, why = req.time_limit_min, " (your --time limit)"
     note = (f"The job runs in QOS {ALLOC_QOS}, charged to {account}, and is protected from "
-            f"preemption for its first {minutes} min{why}.")
-    return Route(qos=ALLOC_QOS, time_min=minutes if minutes != asked else None,
+            f"requeue for its first {minutes} min{why}.")
+    if asked is not None:
+        note += (" Slurm's --time-min was moved into this protection so the scheduler cannot "
+                 "shorten your --time limit.")
+    return Route(qos=ALLOC_QOS, min_runtime=minutes, clear_time_min=asked is not None,
                  site_factor=factor, note=note, account=account)
+
+
+def update_route(req: JobRequest) -> Route:
+    """An update (``scontrol update``) of a job slurm-ml routes may not set --time-min.
+
+    The protected runtime was fixed at submission and lives in the AdminComment record;
+    Slurm's time_min would only let the scheduler shorten the job's time limit. Setting 0
+    (none) is harmless and left alone; so are jobs in QOS slurm-ml does not route.
+    """
+    if req.qos not in (None, ALLOC_QOS, FREE_QOS) or not req.time_min_min:
+        return Route()
+    return Route(clear_time_min=True,
+                 note=("TimeMin not changed: the protected runtime is fixed at submission "
+                       "(AdminComment), and Slurm's TimeMin would let the scheduler shorten "
+                       "the job's time limit."))

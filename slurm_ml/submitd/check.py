@@ -13,6 +13,7 @@ from typing import Any
 
 from slurm_ml.submitd.sbatch_args import parse_sbatch
 from slurm_ml.submitd.server import PolicyServer
+from slurm_ml.submitd.wire import NO_VAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,8 @@ def describe(verdicts: Sequence[ComponentVerdict]) -> str:
             lines.append(f"{head}REJECTED (Slurm error {v.code})")
         elif v.action == "accept" and v.changes:
             lines.append(f"{head}accepted, rewritten:")
-            lines += [f"  {k} = {val!r}" for k, val in v.changes.items()]
+            lines += [f"  {k} cleared" if val == NO_VAL else f"  {k} = {val!r}"
+                      for k, val in v.changes.items()]
         elif v.action == "accept":
             lines.append(f"{head}accepted unchanged")
         else:

@@ -40,10 +40,12 @@ JOB_FIELDS = (
 )
 TRES_FIELDS = {"tres_per_node": "node", "tres_per_job": "job", "tres_per_task": "task",
                "tres_per_socket": "socket"}
-#: Fields whose change in an update (``scontrol update``) is re-checked by policy.
+#: Fields whose change in an update (``scontrol update``) is re-checked by policy: the
+#: GPU request and node layout, and time_min (cleared on routed jobs, see
+#: ``routing.update_route``). job_submit.lua keeps the same list.
 SHAPE_FIELDS = frozenset({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
                           "gres", "features", "min_nodes", "max_nodes", "num_tasks",
-                          "ntasks_per_node"})
+                          "ntasks_per_node", "time_min"})
 
 
 class BadRequest(ValueError):
@@ -180,8 +182,11 @@ def merge_update(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[
     """The job as it would be after ``scontrol update``: update's given fields win.
 
     A new GPU spec in any tres_per_* field replaces all old ones (Slurm does the same).
+    The job's current time_min is left out (policy never reads it on an update), so a
+    time_min in the result is one the update sets.
     """
-    merged = {k: v for k, v in normalize(current).items() if v is not None}
+    merged = {k: v for k, v in normalize(current).items()
+              if v is not None and k != "time_min"}
     given = {k: v for k, v in normalize(update).items()
              if v is not None and v not in (NO_VAL, NO_VAL16)}
     if any(k in TRES_FIELDS for k in given):
@@ -263,10 +268,8 @@ def reply_for(decision: Decision, job: Mapping[str, Any], req: JobRequest,
         changes["features"] = decision.features
     if decision.qos is not None:
         changes["qos"] = decision.qos
-    if decision.clear_time_min:
+    if decision.clear_time_min:  # the protected runtime is in the record, never here
         changes["time_min"] = NO_VAL
-    elif decision.time_min is not None:
-        changes["time_min"] = decision.time_min
     if decision.site_factor is not None:
         changes["site_factor"] = decision.site_factor
     if decision.record and not update:

@@ -19,6 +19,7 @@ from slurm_ml import proc
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
+from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import BudgetSnapshot, JobGpuStats, derive_key
@@ -157,7 +158,10 @@ def test_time_min_zero_runs_in_qos_free(submitd: DevCluster, jobs: list[int]) ->
 
     assert res.returncode == 0, res.stderr  # without the shim 22.05 rejects --time-min=0
     assert "QOS free" in res.stderr
-    assert show(jobs[0])["QOS"] == "free"
+    job = show(jobs[0])
+    assert job["QOS"] == "free"
+    assert job["TimeMin"] == "N/A"
+    assert recorded_min_runtime_min(job["AdminComment"]) == 0
     wait_state(jobs[0], {"COMPLETED"})
     deadline = time.monotonic() + 30
     while True:
@@ -167,6 +171,72 @@ def test_time_min_zero_runs_in_qos_free(submitd: DevCluster, jobs: list[int]) ->
         assert time.monotonic() < deadline, f"job never reached slurmdbd: {out!r}"
         time.sleep(1)
     assert out.strip().splitlines()[0].split("|") == ["free", "COMPLETED"]
+
+
+#: (sbatch time options, the protected minutes recorded, TimeLimit Slurm keeps)
+PROTECTED = [
+    (("--time-min=30", "--time=120"), 30, "02:00:00"),
+    (("--time=15", "--time-min=1"), 1, "00:15:00"),  # the job backfill cut to 1 min, killed
+    (("--time=120",), 60, "02:00:00"),  # policy.admission.default_min_runtime_min
+    (("--time-min=600", "--time=720"), 480, "12:00:00"),  # contracts.min_runtime_cap_hours
+]
+
+
+@pytest.mark.parametrize(("args", "minutes", "limit"), PROTECTED,
+                         ids=["time-min-30", "incident-15-1", "default", "capped"])
+def test_time_min_becomes_the_recorded_protection_and_slurms_is_cleared(
+        submitd: DevCluster, jobs: list[int], args: tuple[str, ...], minutes: int,
+        limit: str) -> None:
+    """Slurm's --time-min lets backfill lower the --time limit to it: it must stay unset
+    (22.05 prints TimeMin=N/A), the protection lives in the AdminComment record."""
+    res = sbatch("alice", "--hold", "-A", "llm-pretrain", "--gres=gpu:1", *args,
+                 "--wrap", "true", jobs=jobs)
+
+    assert res.returncode == 0, res.stderr
+    assert f"protected from requeue for its first {minutes} min" in res.stderr
+    moved = "Slurm's --time-min was moved into this protection" in res.stderr
+    assert moved == any(a.startswith("--time-min") for a in args), res.stderr
+    job = show(jobs[0])
+    assert job["QOS"] == "alloc"
+    assert job["TimeMin"] == "N/A"
+    assert job["TimeLimit"] == limit
+    assert f'"min_runtime":{minutes}' in job["AdminComment"]
+    assert recorded_min_runtime_min(job["AdminComment"]) == minutes
+
+
+def test_update_cannot_set_time_min_on_a_routed_job(submitd: DevCluster,
+                                                    jobs: list[int]) -> None:
+    sbatch("bob", "--hold", "-A", "llm-pretrain", "--gres=gpu:2", "--time=120", "--wrap",
+           "true", jobs=jobs)
+
+    res = proc.run(["runuser", "-u", "bob", "--", "scontrol", "update", f"job={jobs[0]}",
+                    "Gres=gpu:4", "TimeMin=10"], check=False)
+
+    assert res.returncode == 0, res.stderr
+    job = show(jobs[0])
+    assert job["TresPerNode"].endswith("gpu:4")  # the rest of the update applies
+    assert job["TimeMin"] == "N/A"
+    assert recorded_min_runtime_min(job["AdminComment"]) == 60  # the submission's record
+
+
+def _shim_forwards_time_min_updates(cluster: DevCluster) -> bool:
+    lua = (cluster.layout.etc / "job_submit.lua").read_text()
+    shape = lua.split("local SHAPE_FIELDS", 1)[1].split("}", 1)[0]
+    return '"time_min"' in shape
+
+
+def test_time_min_only_update_is_cleared(submitd: DevCluster, jobs: list[int]) -> None:
+    if not _shim_forwards_time_min_updates(submitd):
+        pytest.skip("job_submit.lua does not send TimeMin-only updates to submitd yet "
+                    "(time_min missing from its SHAPE_FIELDS)")
+    sbatch("bob", "--hold", "-A", "llm-pretrain", "--gres=gpu:2", "--time=120", "--wrap",
+           "true", jobs=jobs)
+
+    res = proc.run(["runuser", "-u", "bob", "--", "scontrol", "update", f"job={jobs[0]}",
+                    "TimeMin=10"], check=False)
+
+    assert res.returncode == 0, res.stderr
+    assert show(jobs[0])["TimeMin"] == "N/A"
 
 
 def test_cpu_only_job_is_untouched(submitd: DevCluster, jobs: list[int]) -> None:

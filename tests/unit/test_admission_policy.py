@@ -26,7 +26,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from jobdesc_helpers import applied, gpu_items, total_gpus
 
 from slurm_ml.config import Config, load_config, parse_config
-from slurm_ml.policy.admission import decide
+from slurm_ml.policy.admission import decide, recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
 from slurm_ml.policy.cluster_view import cluster_view
 from slurm_ml.submitd.server import PolicyServer
@@ -657,102 +657,149 @@ def test_pass_through(g: str, job: dict[str, Any]) -> None:
 
 ONE_GPU = {"tres_per_node": "gres/gpu:1"}
 
-#: (id, job_desc, expected `set` restricted to ROUTE_KEYS, message must contain, must not)
-ROUTES: list[tuple[str, dict[str, Any], dict[str, Any], list[str], list[str]]] = [
-    ("alloc-default-time-min",
-     {"user_name": "alice"}, {"qos": "alloc", "time_min": 60, "site_factor": 700},
-     ["QOS alloc, charged to llm-pretrain", "first 60 min (the default"], []),
-    ("alloc-explicit-time-min-kept",
-     {"user_name": "alice", "time_min": 120}, {"qos": "alloc", "site_factor": 700},
-     ["first 120 min"], []),
+#: The user's --time-min moved into the record and cleared from the job, in the note.
+MOVED = "Slurm's --time-min was moved into this protection so the scheduler cannot shorten"
+#: ... and dropped from a free job.
+DROPPED = "Its --time-min was dropped (QOS free protects no runtime)"
+
+#: (id, job_desc, expected `set` restricted to ROUTE_KEYS, the record's min_runtime (None =
+#: no such key), message must contain, must not). Admission never sets Slurm's time_min:
+#: the protected runtime lives in the AdminComment record; a --time-min the user gave is
+#: cleared (NO_VAL) on every job it routes.
+ROUTES: list[tuple[str, dict[str, Any], dict[str, Any], int | None, list[str], list[str]]] = [
+    ("alloc-default-recorded",
+     {"user_name": "alice"}, {"qos": "alloc", "site_factor": 700}, 60,
+     ["QOS alloc, charged to llm-pretrain", "protected from requeue for its first 60 min (the "
+      "default"], [MOVED]),
+    ("alloc-user-time-min-moved-and-cleared",
+     {"user_name": "alice", "time_min": 120}, {"qos": "alloc", "time_min": NO_VAL,
+                                              "site_factor": 700}, 120,
+     ["first 120 min.", MOVED], ["(the default"]),
     ("alloc-time-min-capped",
-     {"user_name": "alice", "time_min": 600}, {"qos": "alloc", "time_min": 480, "site_factor": 700},
-     ["first 480 min (capped from 600 min"], []),
-    ("alloc-time-min-at-cap-kept",
-     {"user_name": "alice", "time_min": 480}, {"qos": "alloc", "site_factor": 700}, [], []),
+     {"user_name": "alice", "time_min": 600},
+     {"qos": "alloc", "time_min": NO_VAL, "site_factor": 700}, 480,
+     ["first 480 min (capped from 600 min", MOVED], []),
+    ("alloc-time-min-at-cap",
+     {"user_name": "alice", "time_min": 480},
+     {"qos": "alloc", "time_min": NO_VAL, "site_factor": 700}, 480, ["first 480 min."], []),
     ("alloc-default-limited-by-time-limit",
-     {"user_name": "alice", "time_limit": 20},
-     {"qos": "alloc", "time_min": 20, "site_factor": 700}, ["first 20 min (your --time limit)"],
-     []),
-    ("alloc-explicit-limited-by-time-limit",
+     {"user_name": "alice", "time_limit": 20}, {"qos": "alloc", "site_factor": 700}, 20,
+     ["first 20 min (your --time limit)"], [MOVED]),
+    ("alloc-user-time-min-limited-by-time-limit",
      {"user_name": "alice", "time_min": 300, "time_limit": 90},
-     {"qos": "alloc", "time_min": 90, "site_factor": 700}, ["your --time limit"], []),
+     {"qos": "alloc", "time_min": NO_VAL, "site_factor": 700}, 90,
+     ["first 90 min (your --time limit)", MOVED], []),
+    ("alloc-dev-cluster-incident-15-min-limit",  # --time=15 --time-min=1 was killed at 1 min
+     {"user_name": "alice", "time_min": 1, "time_limit": 15},
+     {"qos": "alloc", "time_min": NO_VAL, "site_factor": 700}, 1, ["first 1 min.", MOVED], []),
     ("alloc-time-limit-infinite",
-     {"user_name": "alice", "time_limit": INFINITE},
-     {"qos": "alloc", "time_min": 60, "site_factor": 700}, [], []),
+     {"user_name": "alice", "time_limit": INFINITE}, {"qos": "alloc", "site_factor": 700}, 60,
+     [], []),
     ("alloc-time-min-noval-is-unset",
-     {"user_name": "alice", "time_min": NO_VAL},
-     {"qos": "alloc", "time_min": 60, "site_factor": 700}, ["(the default"], []),
+     {"user_name": "alice", "time_min": NO_VAL}, {"qos": "alloc", "site_factor": 700}, 60,
+     ["(the default"], [MOVED]),
     ("alloc-explicit-account",
-     {"user_name": "alice", "account": "detection"}, {"qos": "alloc", "time_min": 60},
+     {"user_name": "alice", "account": "detection"}, {"qos": "alloc"}, 60,
      ["charged to detection"], []),
     ("alloc-explicit-qos-alloc-unchanged",
-     {"user_name": "alice", "qos": "alloc"}, {"time_min": 60, "site_factor": 700}, [], []),
+     {"user_name": "alice", "qos": "alloc"}, {"site_factor": 700}, 60, [], []),
+    ("alloc-explicit-qos-alloc-time-min-cleared",
+     {"user_name": "alice", "qos": "alloc", "time_min": 30},
+     {"time_min": NO_VAL, "site_factor": 700}, 30, [MOVED], []),
     ("alloc-program-account-is-budgeted",
-     {"user_name": "alice", "account": "nlp"}, {"qos": "alloc", "time_min": 60},
-     ["charged to nlp"], []),
+     {"user_name": "alice", "account": "nlp"}, {"qos": "alloc"}, 60, ["charged to nlp"], []),
     ("free-time-min-0-as-infinite-22.05",
      {"user_name": "alice", "time_min": INFINITE},
-     {"qos": "free", "time_min": NO_VAL, "site_factor": 700},
-     ["--time-min=0 asks for no protected runtime", "QOS free"], []),
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 700}, 0,
+     ["--time-min=0 asks for no protected runtime", "QOS free"], [DROPPED, "protected from"]),
     ("free-time-min-0-literal",
      {"user_name": "alice", "time_min": 0},
-     {"qos": "free", "time_min": NO_VAL, "site_factor": 700}, ["--time-min=0"], []),
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 700}, 0, ["--time-min=0"], [DROPPED]),
     ("free-exhausted-budget",
-     {"user_name": "carol"}, {"qos": "free", "site_factor": 5},
+     {"user_name": "carol"}, {"qos": "free", "site_factor": 5}, 0,
      ["Account llm-eval has used its GPU-time budget", "2000 of 1000 GPU-hours",
-      "returns to alloc"], ["--no-requeue"]),
-    ("free-exhausted-explicit-time-min-kept",
-     {"user_name": "carol", "time_min": 120}, {"qos": "free", "site_factor": 5}, [], []),
+      "returns to alloc"], ["--no-requeue", DROPPED]),
+    ("free-exhausted-user-time-min-cleared",
+     {"user_name": "carol", "time_min": 120}, {"qos": "free", "time_min": NO_VAL,
+                                              "site_factor": 5}, 0,
+     ["has used its GPU-time budget", DROPPED], [MOVED]),
     ("free-exhausted-time-min-0-cleared",
      {"user_name": "carol", "time_min": INFINITE},
-     {"qos": "free", "time_min": NO_VAL, "site_factor": 5}, ["QOS free"], []),
+     {"qos": "free", "time_min": NO_VAL, "site_factor": 5}, 0, ["QOS free"], [DROPPED]),
     ("free-exhausted-overrides-qos-alloc",
-     {"user_name": "carol", "qos": "alloc"}, {"qos": "free", "site_factor": 5}, [], []),
+     {"user_name": "carol", "qos": "alloc"}, {"qos": "free", "site_factor": 5}, 0, [], []),
     ("free-account-not-in-budget-tree",
-     {"user_name": "alice", "account": "physics"}, {"qos": "free", "site_factor": 9},
+     {"user_name": "alice", "account": "physics"}, {"qos": "free", "site_factor": 9}, 0,
      ["Account physics has no GPU-time budget"], []),
     ("free-user-without-account",
-     {"user_name": "eve"}, {"qos": "free"}, ["Account (none) has no GPU-time budget"], []),
+     {"user_name": "eve"}, {"qos": "free"}, 0, ["Account (none) has no GPU-time budget"], []),
     ("free-no-requeue-warning",
-     {"user_name": "carol", "requeue": 0}, {"qos": "free", "site_factor": 5},
+     {"user_name": "carol", "requeue": 0}, {"qos": "free", "site_factor": 5}, 0,
      ["With --no-requeue a preempted job is cancelled"], []),
     ("alloc-no-requeue-no-warning",
-     {"user_name": "alice", "requeue": 0}, {"qos": "alloc", "time_min": 60, "site_factor": 700},
+     {"user_name": "alice", "requeue": 0}, {"qos": "alloc", "site_factor": 700}, 60,
      [], ["--no-requeue"]),
     ("free-explicit-qos-free",
-     {"user_name": "alice", "qos": "free"}, {"site_factor": 700}, ["You chose QOS free"], []),
+     {"user_name": "alice", "qos": "free"}, {"site_factor": 700}, 0, ["You chose QOS free"],
+     []),
+    ("free-explicit-qos-free-user-time-min-cleared",
+     {"user_name": "alice", "qos": "free", "time_min": 45},
+     {"time_min": NO_VAL, "site_factor": 700}, 0, ["You chose QOS free", DROPPED], []),
     ("free-explicit-qos-free-time-min-0",
      {"user_name": "alice", "qos": "free", "time_min": INFINITE},
-     {"time_min": NO_VAL, "site_factor": 700}, ["QOS free"], []),
+     {"time_min": NO_VAL, "site_factor": 700}, 0, ["QOS free"], []),
     ("other-qos-untouched",
-     {"user_name": "carol", "qos": "high", "time_min": INFINITE}, {},
+     {"user_name": "carol", "qos": "high", "time_min": INFINITE}, {}, None,
      ["QOS high is not routed by slurm-ml"], []),
+    ("other-qos-keeps-the-users-time-min",
+     {"user_name": "carol", "qos": "high", "time_min": 30}, {}, None,
+     ["QOS high is not routed by slurm-ml"], [MOVED]),
 ]
 
 
-@pytest.mark.parametrize(("job", "want", "says", "never"), [c[1:] for c in ROUTES],
-                         ids=[c[0] for c in ROUTES])
-def test_budget_routing(job: dict[str, Any], want: dict[str, Any], says: list[str],
-                        never: list[str]) -> None:
+def record_of(reply: Mapping[str, Any]) -> dict[str, Any]:
+    text = reply["set"]["admin_comment"]
+    assert text.startswith("slurm-ml ")
+    record: dict[str, Any] = json.loads(text.removeprefix("slurm-ml "))
+    return record
+
+
+@pytest.mark.parametrize(("job", "want", "min_runtime", "says", "never"),
+                         [c[1:] for c in ROUTES], ids=[c[0] for c in ROUTES])
+def test_budget_routing(job: dict[str, Any], want: dict[str, Any], min_runtime: int | None,
+                        says: list[str], never: list[str]) -> None:
     reply = submit({**ONE_GPU, **job})
     assert reply["action"] == "accept"
     assert only(reply["set"], ROUTE_KEYS) == want
     assert only(reply["set"], SHAPE_KEYS) == {}
+    assert record_of(reply).get("min_runtime") == min_runtime
+    assert recorded_min_runtime_min(reply["set"]["admin_comment"]) == min_runtime
     for text in says:
         assert text in reply["message"]
     for text in never:
         assert text not in reply["message"]
 
 
-#: (id, admission knobs, job_desc, expected set restricted to ROUTE/SHAPE keys, must not say)
+def test_admission_never_sets_a_time_min_only_clears_one() -> None:
+    """Slurm's --time-min lets backfill lower the --time limit: admission never sets it."""
+    for _id, job, *_ in ROUTES:
+        for time_min in (None, 1, 30, 60, 600, INFINITE):
+            fields = {**ONE_GPU, **job}
+            if time_min is not None:
+                fields["time_min"] = time_min
+            reply = submit(fields)
+            assert reply["set"].get("time_min", NO_VAL) == NO_VAL, (fields, reply)
+
+
+#: (id, admission knobs, job_desc, expected set restricted to ROUTE/SHAPE keys (plus the
+#: record's min_runtime), must not say)
 CONFIG_VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], list[str]]] = [
     ("default-above-cap-is-capped",
      {"default_min_runtime_min": 600}, {"user_name": "alice", **ONE_GPU},
-     {"qos": "alloc", "time_min": 480, "site_factor": 700}, ["None"]),
+     {"qos": "alloc", "site_factor": 700, "min_runtime": 480}, ["None"]),
     ("default-zero-protects-nothing",
      {"default_min_runtime_min": 0}, {"user_name": "alice", **ONE_GPU},
-     {"qos": "alloc", "time_min": 0, "site_factor": 700}, []),
+     {"qos": "alloc", "site_factor": 700, "min_runtime": 0}, []),
     ("zero-margin-40g-fits-40g",
      {"memory_margin_pct": 0}, {"user_name": "bob", "tres_per_node": "gres:gpu:a100_80g:2",
                                 "comment": "gpu_mem=40G"},
@@ -771,6 +818,9 @@ def test_config_knobs(knobs: dict[str, Any], job: dict[str, Any], want: dict[str
                       never: list[str]) -> None:
     reply = submit(job, cfg=config_with(**knobs))
     assert reply["action"] == "accept"
+    want = dict(want)
+    if "min_runtime" in want:
+        assert record_of(reply)["min_runtime"] == want.pop("min_runtime")
     keys = frozenset(want) | (ROUTE_KEYS if set(want) & ROUTE_KEYS else SHAPE_KEYS)
     assert only(reply["set"], keys) == want
     for text in never:
@@ -786,16 +836,17 @@ RECORDS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("widened-by-profile",
      {"user_name": "alice", "name": "train", "tres_per_node": "gres:gpu:a100_80g:4"},
      {"v": 1, "at": AT, "need_gb": 30.0, "need_src": "profile", "types": ["a100_80g", "a100_40g"],
-      "qos": "alloc", "time_min": 60, "site_factor": 700}),
+      "qos": "alloc", "min_runtime": 60, "site_factor": 700}),
     ("need-from-comment-not-widened",
      {"user_name": "dave", "tres_per_node": "gres:gpu:a100_80g:4", "comment": "gpu_mem=70.5G"},
-     {"v": 1, "at": AT, "need_gb": 70.5, "need_src": "comment", "qos": "alloc", "time_min": 60}),
+     {"v": 1, "at": AT, "need_gb": 70.5, "need_src": "comment", "qos": "alloc",
+      "min_runtime": 60}),
     ("shaped",
      {"user_name": "dave", "tres_per_job": "gres/gpu:16", "time_min": 30},
-     {"v": 1, "at": AT, "shape": "2x8", "qos": "alloc"}),
+     {"v": 1, "at": AT, "shape": "2x8", "qos": "alloc", "min_runtime": 30}),
     ("free-no-requeue",
      {"user_name": "carol", "tres_per_node": "gres:gpu:1", "requeue": 0},
-     {"v": 1, "at": AT, "qos": "free", "requeue": 0, "site_factor": 5}),
+     {"v": 1, "at": AT, "qos": "free", "min_runtime": 0, "requeue": 0, "site_factor": 5}),
     ("other-qos-requeue",
      {"user_name": "carol", "tres_per_node": "gres:gpu:1", "qos": "high", "requeue": 1},
      {"v": 1, "at": AT, "requeue": 1}),
@@ -810,10 +861,46 @@ def test_admin_comment_record(job: dict[str, Any], record: dict[str, Any]) -> No
     assert json.loads(text.removeprefix("slurm-ml ")) == record
 
 
+#: (id, AdminComment text, what recorded_min_runtime_min reads from it)
+RECORDED_MIN_RUNTIME: list[tuple[str, str, int | None]] = [
+    ("alloc-record", 'slurm-ml {"at":1,"min_runtime":30,"qos":"alloc","v":1}', 30),
+    ("free-record-is-zero", 'slurm-ml {"at":1,"min_runtime":0,"qos":"free","v":1}', 0),
+    ("key-order-and-spaces", 'slurm-ml { "v": 1, "min_runtime": 480 }', 480),
+    ("empty", "", None),
+    ("operator-note-not-a-record", "moved off gpu03 by ops", None),
+    ("record-without-the-key", 'slurm-ml {"at":1,"requeue":1,"v":1}', None),
+    ("pre-fix-record-time-min-is-not-read", 'slurm-ml {"qos":"alloc","time_min":60,"v":1}',
+     None),
+    ("prefix-without-space", 'slurm-ml{"min_runtime":30}', None),
+    ("other-tool-prefix", 'other {"min_runtime":30}', None),
+    ("garbage-json", "slurm-ml {min_runtime: 30", None),
+    ("truncated", 'slurm-ml {"min_runtime":30', None),
+    ("not-an-object", "slurm-ml [30]", None),
+    ("json-null", "slurm-ml null", None),
+    ("deeply-nested", "slurm-ml " + "[" * 100_000, None),
+    ("negative", 'slurm-ml {"min_runtime":-5,"v":1}', None),
+    ("fraction", 'slurm-ml {"min_runtime":30.5,"v":1}', None),
+    ("whole-float", 'slurm-ml {"min_runtime":30.0,"v":1}', None),
+    ("string", 'slurm-ml {"min_runtime":"30","v":1}', None),
+    ("bool", 'slurm-ml {"min_runtime":true,"v":1}', None),
+    ("null", 'slurm-ml {"min_runtime":null,"v":1}', None),
+]
+
+
+@pytest.mark.parametrize(("text", "minutes"), [c[1:] for c in RECORDED_MIN_RUNTIME],
+                         ids=[c[0] for c in RECORDED_MIN_RUNTIME])
+def test_recorded_min_runtime_min(text: str, minutes: int | None) -> None:
+    assert recorded_min_runtime_min(text) == minutes
+
+
 # --------------------------------------------------------------------------- modify (scontrol update)
 
 CURRENT = {"user_name": "alice", "name": "train", "partition": "gpu", "account": "llm-pretrain",
            "tres_per_node": "gres:gpu:4", "time_limit": 600, "job_id": 42}
+
+TIME_MIN_UPDATE = ("slurm-ml: TimeMin not changed: the protected runtime is fixed at "
+                   "submission (AdminComment), and Slurm's TimeMin would let the scheduler "
+                   "shorten the job's time limit.")
 
 #: (id, current job_rec fields, update fields, expected reply without "v")
 MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
@@ -846,6 +933,35 @@ MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
      {"tres_per_job": "gres:gpu:64"}, {"action": "accept", "set": {}, "message": ""}),
     ("exhausted-account-not-rerouted", {**CURRENT, "user_name": "carol", "account": "llm-eval"},
      {"tres_per_node": "gres:gpu:2"}, {"action": "accept", "set": {}, "message": ""}),
+    # TimeMin: the protected runtime is fixed at submission, in the AdminComment record; a
+    # user's update may not set Slurm's time_min on a routed job (backfill would lower the
+    # job's time limit to it), so it is cleared and slurmctld.log says why.
+    ("time-min-update-cleared", CURRENT, {"time_min": 30},
+     {"action": "accept", "set": {"time_min": NO_VAL}, "message": TIME_MIN_UPDATE}),
+    ("time-min-update-cleared-in-qos-alloc", {**CURRENT, "qos": "alloc"}, {"time_min": 30},
+     {"action": "accept", "set": {"time_min": NO_VAL}, "message": TIME_MIN_UPDATE}),
+    ("time-min-update-cleared-in-qos-free", {**CURRENT, "qos": "free"}, {"time_min": 600},
+     {"action": "accept", "set": {"time_min": NO_VAL}, "message": TIME_MIN_UPDATE}),
+    ("time-min-update-with-a-reshape", CURRENT, {"tres_per_job": "gres:gpu:16", "time_min": 5},
+     {"action": "accept",
+      "set": {"tres_per_job": "", "tres_per_node": "gres:gpu:8", "min_nodes": 2, "max_nodes": 2,
+              **WHOLE_UPDATE, "features": "[a100_80g|a100_40g]", "time_min": NO_VAL},
+      "message": "slurm-ml: Shaped to whole nodes: 2 nodes x 8 GPUs, exclusive, and it waits up "
+                 "to 10 min for nodes under one leaf switch before taking any. "
+                 + TIME_MIN_UPDATE.removeprefix("slurm-ml: ")}),
+    ("time-min-update-to-zero-left-alone", CURRENT, {"time_min": 0},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("time-min-update-noval-ignored", CURRENT, {"time_min": NO_VAL},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("current-time-min-is-not-the-updates", {**CURRENT, "time_min": 60},
+     {"tres_per_node": "gres:gpu:2"}, {"action": "accept", "set": {}, "message": ""}),
+    ("time-min-update-of-cpu-job-left-alone",
+     {k: v for k, v in CURRENT.items() if k != "tres_per_node"}, {"time_min": 30},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("time-min-update-in-unrouted-qos-left-alone", {**CURRENT, "qos": "high"}, {"time_min": 30},
+     {"action": "accept", "set": {}, "message": ""}),
+    ("time-min-update-in-unmanaged-partition-left-alone", {**CURRENT, "partition": "cpu"},
+     {"time_min": 30}, {"action": "accept", "set": {}, "message": ""}),
 ]
 
 
@@ -862,7 +978,23 @@ def test_modify(current: dict[str, Any], update: dict[str, Any], want: dict[str,
     reply = server().handle_line(line)
     for key, value in want.items():
         assert reply[key] == value, reply
-    assert not set(reply.get("set", {})) & (ROUTE_KEYS | {"admin_comment"})
+    assert not set(reply.get("set", {})) & (ROUTE_KEYS - {"time_min"} | {"admin_comment"})
+    assert reply.get("set", {}).get("time_min", NO_VAL) == NO_VAL  # cleared, never set
+
+
+@pytest.mark.parametrize("job", [c[1] for c in ROUTES if c[1].get("qos") != "high"],
+                         ids=[c[0] for c in ROUTES if c[1].get("qos") != "high"])
+def test_time_min_only_update_of_an_admitted_job_only_clears_time_min(
+        job: dict[str, Any]) -> None:
+    """A TimeMin update re-runs the shape check on the job as admission left it: no-op."""
+    fields = {**ONE_GPU, **job}
+    current = applied(fields, submit(fields))
+    current.pop("admin_comment")
+    line = json.dumps({"v": 1, "op": "modify", "uid": 0, "job": {"time_min": 45},
+                       "current": current})
+    reply = server().handle_line(line)
+    assert reply == {"v": 1, "action": "accept", "set": {"time_min": NO_VAL},
+                     "message": TIME_MIN_UPDATE}
 
 
 def test_modify_finds_the_owner_from_user_id() -> None:

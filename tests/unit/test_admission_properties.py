@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from jobdesc_helpers import applied, gpu_items, total_gpus
 
 from slurm_ml.config import Config, load_config
-from slurm_ml.policy.admission import decide
+from slurm_ml.policy.admission import decide, recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
 from slurm_ml.policy.cluster_view import cluster_view
 from slurm_ml.submitd.server import PolicyServer
@@ -375,12 +375,36 @@ def test_routing_only_picks_alloc_or_free(job: dict[str, Any]) -> None:
     assert qos in ("alloc", "free")
     if job.get("time_min") in (0, INFINITE):
         assert qos == "free"
-        assert changes["time_min"] == NO_VAL
-    if qos == "alloc":
+    protected = recorded_min_runtime_min(changes["admin_comment"])
+    if qos == "free":
+        assert protected == 0
+    else:
         cap = int(CFG.policy.contracts.min_runtime_cap_hours * 60)
-        protected = changes.get("time_min", job.get("time_min"))
+        limit = job.get("time_limit")
         assert protected is not None
         assert 0 < protected <= cap
+        assert limit in (None, INFINITE) or protected <= limit
+        asked = job.get("time_min")
+        if asked not in (None, NO_VAL):
+            assert protected == min(asked, cap, limit or asked)
+
+
+@FAST
+@given(job_desc())
+def test_admission_never_gives_slurm_a_time_min(job: dict[str, Any]) -> None:
+    """Slurm's --time-min lets backfill lower a job's time limit to it (a job submitted
+    with --time=15 --time-min=1 was started with a 1-min limit and killed): admission
+    never sets one, and clears the user's on every job it routes."""
+    reply = answer(job)
+    if reply["action"] != "accept":
+        return
+    changes = reply["set"]
+    assert changes.get("time_min", NO_VAL) == NO_VAL
+    routed = managed_gpu_job(job) and job.get("qos") != "normal"
+    if routed and job.get("time_min") not in (None, NO_VAL):
+        assert changes["time_min"] == NO_VAL
+    if not routed:
+        assert "time_min" not in changes
 
 
 # --------------------------------------------------------------------------- fuzzing submitd

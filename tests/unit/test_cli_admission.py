@@ -29,6 +29,17 @@ def test_submit_check_shows_the_rewrite_of_a_script(cli: CliRunner, tmp_path: Pa
     assert "widened from a100_80g" in res.stdout
 
 
+def test_submit_check_shows_time_min_moved_into_the_protection(cli: CliRunner) -> None:
+    res = cli.invoke(main, ["submit-check", "--user", "alice", "--", "--gres=gpu:1",
+                            "--time-min=30", "-t", "120", "--wrap", "true"])
+
+    assert res.exit_code == EXIT_OK, res.output + res.stderr
+    assert "  time_min cleared\n" in res.stdout
+    assert '"min_runtime":30' in res.stdout
+    assert "protected from requeue for its first 30 min" in res.stdout
+    assert "Slurm's --time-min was moved into this protection" in res.stdout
+
+
 def test_submit_check_exits_1_with_the_reason_when_the_job_would_be_rejected(
         cli: CliRunner) -> None:
     res = cli.invoke(main, ["submit-check", "--user", "carol", "--json", "--",

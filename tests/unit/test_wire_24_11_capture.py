@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from slurm_ml.config import load_config
+from slurm_ml.policy.admission import decide, recorded_min_runtime_min
+from slurm_ml.policy.admission_state import AdmissionState
+from slurm_ml.policy.cluster_view import cluster_view
 from slurm_ml.submitd.sbatch_args import parse_sbatch
-from slurm_ml.submitd.wire import INFINITE, NO_VAL, NO_VAL16, normalize, to_request
+from slurm_ml.submitd.wire import INFINITE, NO_VAL, NO_VAL16, normalize, reply_for, to_request
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures/slurm/24.11/job_submit_fields.txt"
+CFG = load_config(Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml")
+NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|number:\d+|nil)')
 
 
@@ -65,3 +72,16 @@ def test_time_min_zero_arrives_as_infinite_on_24_11() -> None:
     zero = [live for command, _, live in CASES if "--time-min=0" in command]
     assert zero and all(live["time_min"] == INFINITE for live in zero)
     assert all(to_request(live).time_min_min == 0 for live in zero)
+
+
+def test_live_24_11_time_min_is_cleared_and_recorded() -> None:
+    """The --time-min=30 -t 60 submission as 24.11 hands it over: Slurm's time_min is
+    cleared (backfill could lower the limit to it) and 30 min is recorded instead."""
+    (live,) = [live for command, _, live in CASES if "--time-min=30" in command]
+    assert live["time_min"] == 30
+    req = to_request(normalize(live))
+    decision = decide(req, CFG, cluster_view(CFG), AdmissionState(), NOW)
+    reply = reply_for(decision, normalize(live), req, leaf_wait_s=600)
+    assert reply["action"] == "accept"
+    assert reply["set"]["time_min"] == NO_VAL
+    assert recorded_min_runtime_min(reply["set"]["admin_comment"]) == 30
