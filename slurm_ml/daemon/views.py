@@ -16,6 +16,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
+from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
@@ -123,9 +124,17 @@ def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
             job_id=j.job_id, name=j.name, account=j.account, user=j.user, qos=j.qos,
             gpus=j.total_gpus, gpu_type=gpu_type,
             billing_gpus=job_billing_gpus(cfg, j, gpu_type), nodes=names,
-            start=j.start_time, time_min_s=None if j.time_min_min is None else
-            j.time_min_min * 60, requeue=j.requeue, batch=j.batch))
+            start=j.start_time, time_min_s=protected_s(j), requeue=j.requeue, batch=j.batch))
     return out
+
+
+def protected_s(job: Job) -> int | None:
+    """The job's minimum-runtime contract in seconds: what admission recorded in
+    AdminComment, else Slurm's TimeMin (jobs admitted before the record existed)."""
+    minutes = recorded_min_runtime_min(job.admin_comment)
+    if minutes is None:
+        minutes = job.time_min_min
+    return None if minutes is None else minutes * 60
 
 
 def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
