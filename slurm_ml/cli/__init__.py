@@ -563,7 +563,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
                     ["scontrol", "-o", "show", "job", str(case.job_id)]).strip())
                 shown[case.job_id] = {k: fields.get(k, "") for k in (
                     "QOS", "NumNodes", "TresPerNode", "TresPerJob", "Features",
-                    "OverSubscribe", "Switches", "TimeMin")}
+                    "OverSubscribe", "Switches", "AdminComment")}
         cancel_cases(cases, cluster.slurm_env)
         jobs = run_demo(cluster.cfg, slurm, str(cluster.layout.jobs), say=say)
         run = cluster.runner()

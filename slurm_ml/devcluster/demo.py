@@ -83,6 +83,9 @@ ADMISSION_CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("widened: typed A100-80GB job that needs 30 GB", "alice",
      ("--gres=gpu:a100_80g:4", "--comment=gpu_mem=30G")),
     ("shaped: 16 GPUs become 2 whole nodes under one leaf", "bob", ("--gpus=16",)),
+    ("routed: --time-min=30 becomes 30 min of requeue protection; Slurm's TimeMin is "
+     "cleared so backfill cannot shorten --time", "alice",
+     ("--gres=gpu:1", "--time-min=30", "-t", "120")),
     ("routed: --time-min=0 runs uncharged in QOS free", "dave",
      ("--gres=gpu:1", "--time-min=0")),
     ("rejected: 6 GPUs on each of 2 nodes strands GPUs", "carol", ("--gres=gpu:6", "-N2")),
@@ -206,6 +209,20 @@ def run_health_demo(cfg: Config, layout: Layout, env: dict[str, str],
                          timeout_s=30).stdout
         if "Reason=slurm-ml:" in shown:
             _slurm_ml(["quarantine", "resume", node], env)
+    return steps
+
+
+def run_reconciler_demo(env: dict[str, str], say: Callable[[str], None]) -> list[HealthStep]:
+    """One reconciler cycle over the demo's usage, then what an operator reads."""
+    steps = []
+    say("running one reconciler cycle (slurm-ml daemon --once)")
+    cycle = _slurm_ml(["daemon", "--once"], env)
+    steps.append(HealthStep("one reconciler cycle: fair share, SiteFactor, contracts, reclaim",
+                            "slurm-ml daemon --once",
+                            (cycle.stdout or cycle.stderr).strip()))
+    status = _slurm_ml(["budget", "status"], env)
+    steps.append(HealthStep("owed vs delivered per budget-tree node over the window",
+                            "slurm-ml budget status", (status.stdout or status.stderr).strip()))
     return steps
 
 
