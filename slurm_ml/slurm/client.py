@@ -157,7 +157,11 @@ class CliSlurm:
 
     # ---------------------------------------------------------- slurmdbd
     def job_usage(self, start: int, end: int) -> list[JobUsage]:
-        """Allocations of every job that overlapped [start, end), clipped to it."""
+        """Allocations of every job that overlapped [start, end), clipped to it.
+
+        ``--duplicates``: a requeued job keeps one record per run under the same id, and
+        every run's GPU time counts (without it sacct shows only the newest run).
+        """
         text = self._sacct(start, end)
         return parse.parse_sacct_usage(text, start, end)
 
@@ -165,7 +169,7 @@ class CliSlurm:
         runner = SlurmRunner(env={**self.run.env, "SLURM_TIME_FORMAT": "%s"},
                              timeout_s=max(self.run.timeout_s, 120))
         return runner(
-            ["sacct", "-a", "-X", "-P", "-n", "--truncate",
+            ["sacct", "-a", "-X", "-P", "-n", "--truncate", "--duplicates",
              f"--starttime={_sacct_time(start)}", f"--endtime={_sacct_time(end)}",
              f"--format={','.join(parse.SACCT_FIELDS)}"]
         )

@@ -288,3 +288,34 @@ def test_decisions_are_json_and_carry_the_cycle() -> None:
     with pytest.raises(StoreUnavailable):
         store.set_available(False)
         store.decisions_since(datetime(2000, 1, 1, tzinfo=UTC))
+
+
+def test_metrics_count_cycles_actions_leadership_and_owed() -> None:
+    from prometheus_client import generate_latest
+
+    slurm, store = world(), FakeStore()
+    d = daemon(slurm, store)
+    d.cycle()
+    text = generate_latest(d.metrics.registry).decode()
+
+    assert 'slurm_ml_daemon_actions_total{kind="requeue",result="applied"} 1.0' in text
+    assert "slurm_ml_daemon_leader 1.0" in text
+    assert 'slurm_ml_daemon_cycles_total{outcome="acted"} 1.0' in text
+    assert 'slurm_ml_allocation_owed_gpu_hours{account="detection"}' in text
+    assert "slurm_ml_daemon_cycle_seconds_count 1.0" in text
+    assert "slurm_ml_daemon_site_factor_updates_total" in text
+
+
+def test_zombie_warning_runs_the_notify_command_with_json(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "warning.json"
+    cfg = config(reclaim={"notify_command": f"sh -c 'cat > {out}'"})
+    slurm, store = world(), FakeStore()
+    slurm.jobs.pop(20)
+    _idle_samples(store, 1, "gpu05")
+    daemon(slurm, store, cfg=cfg).cycle()
+
+    sent = json.loads(out.read_text())
+    assert sent["job_id"] == 1 and sent["kind"] == "zombie_warn"
+    assert "scancel 1" in sent["reason"]
