@@ -27,9 +27,9 @@ def main(n: int) -> None:
     jobs_dir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
     slurm.drain_node("gpu06", "slurm-ml: benchmark hold-back")
     try:
-        script = "\n".join(
-            f"sbatch --parsable --nodelist=gpu06 --gres=gpu:1 --chdir={jobs_dir} -o /dev/null "
-            f"--account=llm-pretrain --job-name=bench --wrap 'sleep 1'" for _ in range(n))
+        script = (f"for i in $(seq {n}); do sbatch --parsable --nodelist=gpu06 --gres=gpu:1 "
+                  f"--chdir={jobs_dir} -o /dev/null --account=llm-pretrain --job-name=bench "
+                  f"--wrap 'sleep 1'; done")
         t0 = time.perf_counter()
         ids = [int(x) for x in run(["runuser", "-u", "bob", "--", "bash", "-c", script]).split()]
         print(f"submitted {len(ids)} jobs in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
