@@ -130,13 +130,15 @@ def test_devcluster_fault_command(tmp_path: Path) -> None:
 
 FAKE_PYTHON = """#!/bin/sh
 echo "ran: $* config=$SLURM_ML_CONFIG"
+[ -n "${FAKE_VERDICT:-}" ] && echo "slurm-ml $4: $FAKE_VERDICT"
 [ -n "${FAKE_SLEEP:-}" ] && sleep "$FAKE_SLEEP"
 exit "${FAKE_RC:-0}"
 """
 
 
 def wrapper(tmp: Path, hook: str, rc: int, *, sleep: float = 0, timeout: int = 20,
-            via_slurm_conf: bool = False) -> tuple[int, str, float]:
+            via_slurm_conf: bool = False, verdict: str = "drained: gpu03 nvlink"
+            ) -> tuple[int, str, float]:
     fake = tmp / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -146,7 +148,7 @@ def wrapper(tmp: Path, hook: str, rc: int, *, sleep: float = 0, timeout: int = 2
     envfile = etc / "slurm-ml.env"
     envfile.write_text(f"SLURM_ML_PYTHON={fake}\nSLURM_ML_CONFIG=/c.yaml\nFAKE_RC={rc}\n"
                        f"FAKE_SLEEP={sleep or ''}\nSLURM_ML_HOOK_TIMEOUT={timeout}\n"
-                       f"SLURM_ML_HOOK_LOG={log}\n")
+                       f"SLURM_ML_HOOK_LOG={log}\nFAKE_VERDICT='{verdict}'\n")
     # slurmd's environment: no PATH at all.
     env = {"SLURMD_NODENAME": "gpu03", "SLURM_JOB_ID": "7"}
     env |= ({"SLURM_CONF": str(etc / "slurm.conf")} if via_slurm_conf
@@ -164,6 +166,12 @@ def test_prolog_wrapper_passes_0_and_1_through(tmp_path: Path) -> None:
     assert "ran: -m slurm_ml.cli health prolog config=/c.yaml" in log
     assert "slurm-ml-prolog job 7 on gpu03: exit 1" in log
     assert wrapper(tmp_path, "prolog", 0, via_slurm_conf=True)[0] == 0
+
+
+def test_prolog_wrapper_ignores_exit_1_without_a_verdict(tmp_path: Path) -> None:
+    # e.g. "No module named slurm_ml.cli.__main__": python failed, the node is fine
+    code, log, _ = wrapper(tmp_path, "prolog", 1, verdict="")
+    assert code == 0 and "could not run (exit 1 without a verdict)" in log
 
 
 def test_prolog_wrapper_never_fails_for_slurm_ml(tmp_path: Path) -> None:
