@@ -90,6 +90,34 @@ def audit_rows(dsn: str, key_prefix: str | None = None) -> list[tuple[str, str, 
             if key_prefix is None or str(k).startswith(key_prefix)]
 
 
+def explain(cfg_path: Path) -> str:
+    """Why the contracts planned nothing: positions, free GPUs, and per waiting job the
+    blocker of every running job (printed when a requeue test fails)."""
+    from slurm_ml.config import load_config
+    from slurm_ml.daemon import views
+    from slurm_ml.daemon.observe import observe
+    from slurm_ml.daemon.plan import ledger, plan_cycle, positions
+    from slurm_ml.policy import contracts
+    from slurm_ml.slurm.client import CliSlurm
+
+    cfg = load_config(cfg_path)
+    now = int(time.time())
+    obs = observe(cfg, CliSlurm(), None, now)
+    plan = plan_cycle(cfg, obs)
+    running = views.running_jobs(cfg, obs.jobs)
+    pos = positions(plan.fair, running)
+    free = views.free_gpus(cfg, obs.nodes, running)
+    out = [f"free={free}", f"positions={pos}"]
+    for w in views.waiting_jobs(cfg, obs.jobs):
+        p = pos.get(w.account)
+        starved = p is not None and contracts.is_starved(now, w, p, free, cfg.policy.contracts)
+        out.append(f"waiting {w} starved={starved}")
+        out += [f"  running {r.job_id} {r.account} {r.gpu_type} protected={r.time_min_s} "
+                f"ran={now - r.start} blocker={contracts.victim_blocker(now, r, w, positions=pos, ledger=ledger(()), cfg=cfg.policy.contracts)}"
+                for r in running]
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------ fixtures
 
 
@@ -171,7 +199,7 @@ def queued(workload: dict[str, int]) -> dict[str, int]:
 
 
 def test_under_served_program_ranks_first_in_sprio_and_budget_status(
-        cfgs: dict[str, Path], dsn: str, queued: dict[str, int]) -> None:
+        cfgs: dict[str, Path], dsn: str, queued: dict[str, int], tmp_path: Path) -> None:
     time.sleep(25)  # a bucket or so in which vision waits while nlp holds everything
     cycle = daemon(cfgs["rank"], dsn)
 
@@ -185,6 +213,10 @@ def test_under_served_program_ranks_first_in_sprio_and_budget_status(
     data = json.loads(status.stdout)
     order = [(r["account"], r["user"]) for r in data["ranking"]]
     assert order.index(("detection", "dave")) < order.index(("llm-pretrain", "alice")), order
+    png = tmp_path / "budget.png"
+    proc.run([SLURM_ML, "budget", "status", "--config", str(cfgs["rank"]), "--dsn", dsn,
+              "--plot", str(png)], timeout_s=120)
+    assert png.read_bytes()[:4] == b"\x89PNG"
     by_acct = {r["account"]: r for r in data["nodes"] if r["kind"] == "program"}
     assert by_acct["nlp"]["budget_share"] == 0.7
     assert by_acct["nlp"]["delivered_gpu_hours"] > 0
@@ -207,7 +239,14 @@ def test_resumable_over_served_job_is_requeued_for_the_starved_one(
         queued: dict[str, int]) -> None:
     ran = time.time() - workload["started"]
     if ran < 65:
-        time.sleep(65 - ran)  # past the 1-minute --time-min of the v100 jobs
+        time.sleep(65 - ran)  # past the 1-minute minimum runtime of the v100 jobs
+    dry = daemon(cfgs["act"], dsn, "--dry-run")
+    assert dry["outcome"] == "dry_run"
+    if ("requeue", workload["resumable"]) not in [(a["kind"], a["job_id"])
+                                                  for a in dry["actions"]]:
+        raise AssertionError(f"no requeue planned: {dry}\n{explain(cfgs['act'])}")
+    assert int(show(workload["resumable"]).get("Restarts", "0")) == 0  # a dry run does nothing
+
     cycle = daemon(cfgs["act"], dsn)
 
     kinds = [(a["kind"], a["job_id"]) for a in cycle["actions"]]
@@ -222,7 +261,8 @@ def test_resumable_over_served_job_is_requeued_for_the_starved_one(
     why = proc.run([SLURM_ML, "why", str(workload["resumable"]), "--config",
                     str(cfgs["act"]), "--dsn", dsn, "--json"], timeout_s=120)
     hist = json.loads(why.stdout)["history"]
-    assert [h["kind"] for h in hist] == ["requeue"], hist
+    assert [(h["kind"], h["dry_run"]) for h in hist] == [("requeue", True), ("requeue", False)]
+    hist = hist[1:]
     assert "minimum runtime" in hist[0]["reason"] and str(queued["vision"]) in hist[0]["reason"]
 
     again = daemon(cfgs["act"], dsn)  # the pinned job is never requeued, nor R twice
@@ -329,3 +369,46 @@ def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
         leader.wait(timeout=60)
     assert leader.returncode == 0
     assert daemon(cfgs["rank"], dsn)["outcome"] == "acted"  # the lock was released
+
+
+def test_unreachable_slurm_or_database_means_no_action_and_exit_1(
+        cfgs: dict[str, Path], dsn: str, slurm_conf: str, tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=16817",
+                                                         "SlurmctldPort=16999"))
+    for name in ("gres.conf", "topology.conf"):
+        (tmp_path / name).write_text((Path(slurm_conf).parent / name).read_text())
+    cfg = write_config(tmp_path / "short.yaml")
+    text = yaml.safe_load(cfg.read_text())
+    text["slurm"]["command_timeout_s"] = 5
+    cfg.write_text(yaml.safe_dump(text))
+    before = len(audit_rows(dsn))
+    down = daemon(cfg, dsn, env={**os.environ, "SLURM_CONF": str(conf)}, check=False)
+    assert down["outcome"] == "slurm_unavailable", down
+    assert len(audit_rows(dsn)) == before
+
+    no_db = make_conninfo(dsn, port="1", connect_timeout="2")
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", no_db, "--once",
+                    "--json"], check=False, timeout_s=120)
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["outcome"] == "store_unavailable"
+
+
+def test_sighup_with_a_bad_config_keeps_the_old_one(cfgs: dict[str, Path], dsn: str,
+                                                    tmp_path: Path) -> None:
+    cfg = tmp_path / "live.yaml"
+    cfg.write_text(cfgs["rank"].read_text())
+    child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", dsn],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(8)
+        cfg.write_text("policy: [broken\n")
+        child.send_signal(signal.SIGHUP)
+        time.sleep(8)  # two more cycles at 3 s
+        assert child.poll() is None, "the daemon died on a bad config"
+    finally:
+        child.send_signal(signal.SIGTERM)
+        _out, err = child.communicate(timeout=60)
+    assert child.returncode == 0
+    rejected = err.index("event=config_reload_rejected")
+    assert "outcome=acted" in err[rejected:], err[-2000:]
