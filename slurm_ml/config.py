@@ -170,7 +170,8 @@ class ReclaimConfig:
     exempt_qos: tuple[str, ...] = _knob(())  # jobs in these QOS are never reclaimed as zombies
     exempt_accounts: tuple[str, ...] = _knob(())  # nor jobs charged to these accounts
     exempt_interactive: bool = _knob(True)  # nor salloc/srun sessions (no batch script)
-    notify_command: str = _knob("")  # run with the warning as JSON on stdin; "" = none
+    # Run with each zombie warning, requeue or cancel as JSON on stdin; "" = none.
+    notify_command: str = _knob("")
     fix_runaway: bool = _knob(True)  # close slurmdbd's runaway jobs (sacctmgr show runawayjobs)
     orphan_lookback_s: float = _knob(3600.0, _gt(0))  # orphan-process reports this recent count
 

@@ -176,18 +176,24 @@ class Applier:
     def _do(self, a: Action) -> dict[str, object]:
         if a.kind == "requeue" and a.job_id is not None:
             self.slurm.requeue([a.job_id])
+            self._tell(a)
         elif a.kind == "cancel" and a.job_id is not None:
             self.slurm.cancel([a.job_id])
+            self._tell(a)
         elif a.kind == "drain" and a.node:
             self.slurm.drain_node(a.node, a.reason)
         elif a.kind == "fix_runaway":
             return {"fixed": self.slurm.fix_runaway_jobs()}
         elif a.kind == "warn":
-            if self.notify is not None:
-                self.notify(a)
+            self._tell(a)
         else:
             raise ValueError(f"cannot apply action {a.kind!r}")  # a bug in plan, not input
         return {}
+
+    def _tell(self, a: Action) -> None:
+        """Slurm has no channel to a job's owner: the site's notify hook is the one."""
+        if self.notify is not None:
+            self.notify(a)
 
     def _snapshots(self, plan: Plan) -> None:
         try:

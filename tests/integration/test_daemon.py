@@ -394,14 +394,27 @@ def test_unreachable_slurm_or_database_means_no_action_and_exit_1(
     assert json.loads(res.stdout)["outcome"] == "store_unavailable"
 
 
-def test_sighup_with_a_bad_config_keeps_the_old_one(cfgs: dict[str, Path], dsn: str,
+def test_metrics_served_and_sighup_with_a_bad_config_keeps_the_old_one(cfgs: dict[str, Path], dsn: str,
                                                     tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = yaml.safe_load(cfgs["rank"].read_text())
+    data["daemon"]["metrics_port"] = port
     cfg = tmp_path / "live.yaml"
-    cfg.write_text(cfgs["rank"].read_text())
+    cfg.write_text(yaml.safe_dump(data))
     child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", dsn],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(8)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert "slurm_ml_daemon_leader 1.0" in metrics
+        assert 'slurm_ml_daemon_cycles_total{outcome="acted"}' in metrics
+        assert 'slurm_ml_allocation_owed_gpu_hours{account="detection"}' in metrics
         cfg.write_text("policy: [broken\n")
         child.send_signal(signal.SIGHUP)
         time.sleep(8)  # two more cycles at 3 s

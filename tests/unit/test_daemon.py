@@ -319,3 +319,12 @@ def test_zombie_warning_runs_the_notify_command_with_json(tmp_path: Path) -> Non
     sent = json.loads(out.read_text())
     assert sent["job_id"] == 1 and sent["kind"] == "zombie_warn"
     assert "scancel 1" in sent["reason"]
+
+
+def test_requeue_tells_the_notify_hook_after_it_happened() -> None:
+    slurm, store = world(), FakeStore()
+    told: list[tuple[str, int | None, str]] = []
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    Applier(slurm, store, notify=lambda a: told.append(
+        (a.decision, a.job_id, slurm.jobs[a.job_id or 0].state.value))).apply(plan)
+    assert told == [("requeue", 1, "PENDING")]
