@@ -82,3 +82,18 @@ def test_qos_plan() -> None:
     assert ["sacctmgr", "-i", "add", "qos", "free"] not in cmds
     alloc_mod = next(c for c in cmds if "name=alloc" in c)
     assert "PreemptExemptTime=08:00:00" in alloc_mod and "Preempt=free" in alloc_mod
+
+
+def _lua_list(name: str) -> set[str]:
+    import re
+
+    lua = (Path(__file__).resolve().parents[2] / "job_submit" / "job_submit.lua").read_text()
+    body = lua.split(f"local {name} = {{", 1)[1].split("}", 1)[0]
+    return set(re.findall(r'"([a-z0-9_]+)"', body))
+
+
+def test_the_shim_sends_and_rechecks_the_fields_submitd_expects() -> None:
+    from slurm_ml.submitd.wire import JOB_FIELDS, SHAPE_FIELDS
+
+    assert _lua_list("JOB_FIELDS") == set(JOB_FIELDS)
+    assert _lua_list("SHAPE_FIELDS") == set(SHAPE_FIELDS)
