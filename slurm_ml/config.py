@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property, partial
@@ -124,6 +125,16 @@ def _margin_percent(value: float) -> str | None:
     return None if 0 <= value < 100 else "must be in [0, 100)"
 
 
+def _command_line(value: str) -> str | None:
+    # Split like the daemon will (never through a shell); a quoting error must fail here,
+    # at load or reload time, not in the middle of a cycle.
+    try:
+        shlex.split(value)
+    except ValueError as exc:
+        return f"not a valid command line: {exc}"
+    return None
+
+
 def _absolute(value: Path) -> str | None:
     # The daemon's working directory is not something to depend on.
     return None if value.is_absolute() else "must be an absolute path"
@@ -171,7 +182,7 @@ class ReclaimConfig:
     exempt_accounts: tuple[str, ...] = _knob(())  # nor jobs charged to these accounts
     exempt_interactive: bool = _knob(True)  # nor salloc/srun sessions (no batch script)
     # Run with each zombie warning, requeue or cancel as JSON on stdin; "" = none.
-    notify_command: str = _knob("")
+    notify_command: str = _knob("", _command_line)
     fix_runaway: bool = _knob(True)  # close slurmdbd's runaway jobs (sacctmgr show runawayjobs)
     orphan_lookback_s: float = _knob(3600.0, _gt(0))  # orphan-process reports this recent count
 

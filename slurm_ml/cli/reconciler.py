@@ -80,8 +80,9 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     daemon stays passive. SIGHUP reloads the config (a bad one is rejected, the old one
     kept); SIGTERM stops after the current cycle.
 
-    Exit codes: 0 ok (with --once: the cycle ran, acted or stayed passive); 1 Slurm or the
-    database was unavailable (with --once); 2 bad config or options.
+    Exit codes: 0 ok (with --once: the cycle ran, acted or stayed passive); 1 with --once:
+    Slurm or the database was unavailable, or an action failed; 2 bad config or options.
+    SIGHUP reloads policy.*; daemon.* and slurm.* need a restart.
     """
     from slurm_ml.daemon.loop import Daemon
     from slurm_ml.daemon.metrics import Metrics
@@ -123,11 +124,19 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     if once:
         data = {"cycle": result.cycle, "outcome": result.outcome,
                 "seconds": round(result.seconds, 3), "message": result.message,
-                "counts": result.counts,
+                "counts": result.counts, "leader": result.leader,
+                "site_factor_calls": 0 if result.report is None
+                else result.report.site_factor_calls,
                 "actions": [] if result.report is None else [
                     {"kind": a.decision, "job_id": a.job_id, "node": a.node,
                      "reason": a.reason}
-                    for a in (result.report.applied + result.report.would)]}
+                    for a in (result.report.applied + result.report.would)],
+                "already": [] if result.report is None else [
+                    {"kind": a.decision, "job_id": a.job_id, "node": a.node}
+                    for a in result.report.already],
+                "failed": [] if result.report is None else [
+                    {"kind": a.decision, "job_id": a.job_id, "node": a.node, "error": err}
+                    for a, err in result.report.failed]}
         human = (f"cycle {result.cycle}: {result.outcome} in {result.seconds:.2f}s "
                  f"{result.counts} {result.message}").rstrip()
         _emit(data, as_json, human)
@@ -212,8 +221,8 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     its account's budget position), slurm-ml's admission record and every requeue,
     cancel or warning slurm-ml decided for it, with reasons.
 
-    Exit codes: 0 ok; 1 the job is unknown to Slurm and slurm-ml, or Slurm unavailable;
-    2 bad config.
+    Exit codes: 0 ok; 1 Slurm unavailable; 2 bad config, or a job unknown to Slurm and
+    to slurm-ml.
     """
     from slurm_ml.daemon import report
     from slurm_ml.daemon.observe import observe
@@ -250,4 +259,4 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     data = report.why_json(job_id, job, parts_dict, fair, decisions)
     _emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_BAD_INPUT)

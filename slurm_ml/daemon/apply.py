@@ -103,7 +103,8 @@ class Applier:
         except (StoreError, NotRecorded) as exc:
             report.stopped = f"store: {exc}"
             log.error("cycle=%d event=apply_stopped reason=store error=%s", plan.cycle, exc)
-        if not dry_run:  # admission reads them: a dry run must not change what it sees
+        # Admission reads them: a dry run or a deposed leader must not change what it sees.
+        if not dry_run and not report.stopped and self.still_leader():
             self._snapshots(plan)
         return report
 
@@ -144,6 +145,8 @@ class Applier:
         if not _landed(self.store.audit(intent)):
             done = self.store.audit_by_keys([f"{a.key}/done"])
             if done:
+                # keyed, so a no-op unless an earlier write of it was lost
+                self.store.record_decision(_decision(plan, a, dry_run=False))
                 report.already.append(a)
                 log.info("cycle=%d event=already_applied key=%s job=%s node=%s", plan.cycle,
                          a.key, a.job_id, a.node)
@@ -163,12 +166,13 @@ class Applier:
                 action=f"{a.decision}.failed", target=a.target, at=_at(plan.now),
                 details={"error": str(exc)[:500]}))
             return
+        # The decision row is what `why`, the requeue cooldown and the zombie grace read:
+        # it says the action happened, so it follows the action, and comes before /done so
+        # that an action marked done always has its decision.
+        self.store.record_decision(_decision(plan, a, dry_run=False))
         self.store.audit(AuditEntry(
             idempotency_key=f"{a.key}/done", actor=ACTOR, action=a.decision, target=a.target,
             at=_at(plan.now), details={"phase": "done", "reason": a.reason, **result}))
-        # The decision row is what `why`, the requeue cooldown and the zombie grace read:
-        # it says the action happened, so it follows the action.
-        self.store.record_decision(_decision(plan, a, dry_run=False))
         report.applied.append(a)
         log.info("cycle=%d event=%s job=%s node=%s reason=%s", plan.cycle, a.decision,
                  a.job_id, a.node, json.dumps(a.reason))

@@ -40,8 +40,8 @@ PAUSE_ENV = "SLURM_ML_TEST_PAUSE_AFTER_INTENT_S"
 
 @dataclass(slots=True)
 class CycleResult:
-    """What one cycle did. ``outcome``: acted | dry_run | passive | slurm_unavailable |
-    store_unavailable."""
+    """What one cycle did. ``outcome``: acted | dry_run | passive | slurm_unavailable
+    (reading Slurm failed, or an action failed) | store_unavailable."""
 
     cycle: int
     outcome: str
@@ -57,14 +57,18 @@ def notify_command(command: str) -> Callable[[Action], None] | None:
     """A warning hook: ``command`` gets the warning as JSON on stdin (never via a shell)."""
     if not command:
         return None
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # the config loader refuses this; belt and braces
+        log.error("event=notify_unusable command=%r error=%s", command, exc)
+        return None
 
     def notify(action: Action) -> None:
         payload = {"job_id": action.job_id, "kind": action.decision, "reason": action.reason,
                    "details": action.details}
         try:
             proc.run(argv, input_text=json.dumps(payload) + "\n", timeout_s=10)
-        except proc.CommandError as exc:
+        except (proc.CommandError, OSError) as exc:  # OSError: e.g. a script without #!
             log.warning("event=notify_failed job=%s error=%s", action.job_id, exc)
 
     return notify
@@ -145,6 +149,8 @@ class Daemon:
         report = applier.apply(plan, dry_run=self.dry_run)
         self.metrics.record(plan, report)
         outcome = "dry_run" if self.dry_run else "acted"
+        if report.failed:
+            outcome = "slurm_unavailable"  # Slurm refused or timed out on an action
         if report.stopped.startswith("store"):
             outcome = "store_unavailable"
         return self._end(CycleResult(now, outcome, plan=plan, report=report, leader=True,

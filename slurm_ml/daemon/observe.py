@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from slurm_ml.config import Config
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.policy.reclaim import ORPHAN_CHECK
+from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import Decision, HealthEvent, UtilSample
@@ -52,7 +53,14 @@ def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> O
     window_s = int(cfg.policy.fairshare.window_hours * 3600)
     jobs = tuple(j for j in slurm.list_jobs() if j.state in ACTIVE)
     nodes = tuple(slurm.list_nodes())
-    runaway = frozenset(slurm.list_runaway_jobs())
+    try:
+        runaway = frozenset(slurm.list_runaway_jobs())
+    except SlurmError:
+        if store is not None:
+            raise
+        # budget status / why as a user without sacctmgr operator rights: go on without
+        log.info("event=runaway_list_unavailable (not excluded from usage)")
+        runaway = frozenset()
     usage = tuple(u for u in slurm.job_usage(now - window_s, now) if u.job_id not in runaway)
     if store is None:
         return Observation(now, jobs, nodes, usage, runaway, {}, (), ())

@@ -42,9 +42,9 @@ class Action:
 
     @property
     def target(self) -> str:
-        if self.job_id is not None:
-            return f"job {self.job_id}"
-        return f"node {self.node}" if self.node else "slurmdbd"
+        if self.node:
+            return f"node {self.node}"
+        return f"job {self.job_id}" if self.job_id is not None else "slurmdbd"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +141,22 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
         decision = f"zombie_{z.action}"
         acted.add(z.job_id)
         gpus = gpus_of.get(z.job_id, 0)
+        # A job that woke up and went idle again gets a new warning: last_busy is part of
+        # what the warning is about.
+        cause = z.details.get("last_busy") if z.action == "warn" else None
         actions.append(Action(
             kind=kind, decision=decision, job_id=z.job_id, gpus=gpus, reason=z.reason,
-            key=derive_key(f"daemon.{decision}", z.job_id, starts.get(z.job_id)),
+            key=derive_key(f"daemon.{decision}", z.job_id, starts.get(z.job_id), cause),
             details={**z.details, "gpus": gpus}))
 
     candidates = [r for r in running if r.job_id not in acted]
+    book = ledger(history)
+    # this cycle's zombie requeues use up the cluster cap too
+    book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
+        *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")])
     requeues = plan_requeues(
-        now, candidates, views.waiting_jobs(cfg, jobs), positions(fair, running),
-        ledger(history), views.free_gpus(cfg, obs.nodes, running), views.total_gpus(cfg),
-        cfg.policy.contracts)
+        now, candidates, views.waiting_jobs(cfg, jobs), positions(fair, running), book,
+        views.free_gpus(cfg, obs.nodes, running), views.total_gpus(cfg), cfg.policy.contracts)
     for rq in requeues:
         actions.append(Action(
             kind="requeue", decision="requeue", job_id=rq.victim, gpus=rq.gpus,

@@ -13,10 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from slurm_ml.model import Job
+from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
 from slurm_ml.store.records import Decision, JobGpuStats
-
-ADMISSION_PREFIX = "slurm-ml "
 
 
 def _num(x: float | None, digits: int = 2) -> float | None:
@@ -123,13 +122,12 @@ def budget_text(data: Mapping[str, Any]) -> str:
 
 def admission_record(job: Job | None) -> dict[str, Any] | None:
     """The decision submitd left in AdminComment (``slurm-ml {json}``), if any."""
-    if job is None or not job.admin_comment.startswith(ADMISSION_PREFIX):
+    if job is None:
         return None
-    try:
-        data = json.loads(job.admin_comment[len(ADMISSION_PREFIX):])
-    except json.JSONDecodeError:
+    record = read_record(job.admin_comment)
+    if record is None and job.admin_comment.startswith(RECORD_PREFIX):
         return {"raw": job.admin_comment}
-    return data if isinstance(data, dict) else {"raw": job.admin_comment}
+    return record
 
 
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
@@ -174,7 +172,9 @@ def why_text(data: Mapping[str, Any]) -> str:
         parts = ", ".join(f"{k}={v}" for k, v in prio.items() if k not in ("job_id",))
         lines.append(f"Priority: {parts}")
     budget = data.get("budget")
-    if budget and budget.get("association"):
+    if budget and budget.get("association") and budget["association"]["rank"] is None:
+        lines.append("SiteFactor: not ranked now (only associations with pending jobs are).")
+    elif budget and budget.get("association"):
         a = budget["association"]
         lines.append(
             f"SiteFactor {a['site_factor']} = band of rank {a['rank']} of "

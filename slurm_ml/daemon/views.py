@@ -2,8 +2,7 @@
 
 Billing: a job's GPUs count at their type's ``billing_weight`` (the same numbers the
 rendered ``TRESBillingWeights`` use). A typed accounting entry (``gres/gpu:a100_80g``)
-gives the type; an allocation with only untyped ``gres/gpu`` is billed at the types of
-the nodes it ran on when known, else at weight 1.
+gives the type; GPUs accounted only as untyped ``gres/gpu`` are billed at weight 1.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
@@ -49,7 +48,7 @@ def expand(nodes: str) -> tuple[str, ...]:
     if "[" not in nodes and "," not in nodes:
         return (nodes,)
     try:
-        return tuple(str(n) for n in NodeSet(nodes))
+        return tuple(str(n) for n in NodeSet(nodes, resolver=RESOLVER_NOGROUP))
     except NodeSetException:
         return ()
 
@@ -85,8 +84,9 @@ def _constraint_types(features: str, feature_to_type: tuple[tuple[str, str], ...
 
 def job_billing_gpus(cfg: Config, job: Job, gpu_type: str | None = None,
                      types: Iterable[str] = ()) -> float:
-    """Billing GPUs of a job: its type's weight, or the highest of the types it accepts."""
-    names = [gpu_type] if gpu_type else list(types)
+    """Billing GPUs of a job: its type's weight, or the highest of the types it accepts
+    (any type, when it names none)."""
+    names = [gpu_type] if gpu_type else (list(types) or list(cfg.gpu_types))
     weights = [cfg.gpu_types[n].billing_weight for n in names if n in cfg.gpu_types]
     return job.total_gpus * (max(weights) if weights else 1.0)
 

@@ -63,6 +63,18 @@ class Decision:
 PASS = Decision()
 
 
+def read_record(admin_comment: str) -> dict[str, object] | None:
+    """The slurm-ml record admission left in a job's AdminComment; None when there is
+    none or it is not a JSON object."""
+    if not admin_comment or not admin_comment.startswith(RECORD_PREFIX):
+        return None
+    try:
+        record = json.loads(admin_comment[len(RECORD_PREFIX):])
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def recorded_min_runtime_min(admin_comment: str) -> int | None:
     """The protected runtime, in minutes, that admission recorded in a job's AdminComment.
 
@@ -71,13 +83,8 @@ def recorded_min_runtime_min(admin_comment: str) -> int | None:
     key existed, whose contract was still Slurm's TimeMin) or when the value is not a
     non-negative integer.
     """
-    if not admin_comment or not admin_comment.startswith(RECORD_PREFIX):
-        return None
-    try:
-        record = json.loads(admin_comment[len(RECORD_PREFIX):])
-    except (ValueError, RecursionError):
-        return None
-    value = record.get("min_runtime") if isinstance(record, dict) else None
+    record = read_record(admin_comment)
+    value = record.get("min_runtime") if record is not None else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value

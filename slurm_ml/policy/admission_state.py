@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_ml.config import Config
+from slurm_ml.policy.fairshare import capacity_billing_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +36,7 @@ class AdmissionState:
 def window_capacity_gpu_hours(cfg: Config) -> float:
     """Billing GPU-hours the whole cluster offers in one fair-share window (the unit the
     reconciler's snapshots count usage in: GPUs x their type's billing weight)."""
-    billing = 0.0
-    for node in cfg.all_nodes():
-        c = cfg.node_class_of(node)
-        if c is not None:
-            billing += c.gpus_per_node * cfg.gpu_types[c.gpu_type].billing_weight
-    return billing * cfg.policy.fairshare.window_hours
+    return capacity_billing_gpus(cfg) * cfg.policy.fairshare.window_hours
 
 
 def account_standing(account: str, budget_share: float, usage_gpu_hours: float,

@@ -184,7 +184,8 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
             raise SlurmParseError(f"sacct line has {len(parts)} fields, want "
                                   f"{len(SACCT_FIELDS)}: {line!r}")
         jid, user, account, qos, state, _elapsed, tres, start, end = parts[:9]
-        submit = parts[10] if len(parts) > 10 else None
+        # Submit is last: read it from the end so a "|" in JobName cannot shift it
+        submit = parts[-1] if len(parts) > len(SACCT_FIELDS) - 1 else None
         base_id = jid.split(".")[0]
         if not re.fullmatch(r"\d+(_\d+)?", base_id):
             continue  # steps, array ranges and het components are not charged twice

@@ -185,9 +185,14 @@ def workload(slurm_conf: str) -> Iterator[dict[str, int]]:
 
 @pytest.fixture(scope="module")
 def queued(workload: dict[str, int]) -> dict[str, int]:
-    """A vision and an nlp researcher queue one v100 job each; both pend (no v100 free)."""
+    """A vision and an nlp researcher queue one v100 job each; both pend (no v100 free).
+    vision also queues a whole a100 node, so that its demand (9.6 of 32 billing GPUs, its
+    full 30%) makes nlp clearly over-served even if the cluster took a while to start
+    nlp's jobs (pending time with idle GPUs is owed, not delivered)."""
     out = {"vision": sbatch("dave", "detection", "--gres=gpu:v100:4", "--wrap", "sleep 900"),
-           "nlp": sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--wrap", "sleep 900")}
+           "nlp": sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--wrap", "sleep 900"),
+           "vision_big": sbatch("dave", "detection", "--gres=gpu:a100_80g:8", "--wrap",
+                                "sleep 900")}
     for job in out.values():
         fields = wait_state(job, {"PENDING"})
         assert fields["JobState"] == "PENDING"

@@ -71,7 +71,10 @@ def test_submit_as_researchers_and_read_back(slurm: CliSlurm, workdir: str) -> N
     assert ja.gpus == (GpuRequest(2, "node", "a100_40g"),)
     assert jb.account == "llm-eval"  # carol's default account
     assert jb.gpus == (GpuRequest(3, "job", None),)
-    assert (jb.time_limit_min, jb.time_min_min, jb.requeue) == (30, 10, False)
+    # admission moves --time-min into its record (Slurm's TimeMin would let backfill
+    # shorten the job's limit) and clears it in Slurm
+    assert (jb.time_limit_min, jb.time_min_min, jb.requeue) == (30, None, False)
+    assert '"min_runtime":10' in jb.admin_comment
     assert slurm.list_jobs(job_ids=[a], users=["bob"]) == []
 
 

@@ -1019,3 +1019,10 @@ def test_arbitrary_text_file_only_raises_config_error(
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value).count("\n") == len(info.value.issues) - 1
+
+
+def test_notify_command_must_split_like_a_command_line() -> None:
+    data = example()
+    data["policy"]["reclaim"]["notify_command"] = "mail -s 'unclosed"
+    got = issues_of(data)
+    assert len(got) == 1 and got[0].startswith("policy.reclaim.notify_command: not a valid")

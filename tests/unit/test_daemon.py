@@ -328,3 +328,44 @@ def test_requeue_tells_the_notify_hook_after_it_happened() -> None:
     Applier(slurm, store, notify=lambda a: told.append(
         (a.decision, a.job_id, slurm.jobs[a.job_id or 0].state.value))).apply(plan)
     assert told == [("requeue", 1, "PENDING")]
+
+
+def test_a_job_that_woke_up_and_idles_again_is_warned_again() -> None:
+    cfg = config(reclaim={"zombie_grace_s": 900})
+    slurm, store = world(), FakeStore()
+    slurm.jobs.pop(20)
+    _idle_samples(store, 1, "gpu05")
+    first = daemon(slurm, store, cfg=cfg).cycle()
+    assert first.report is not None and [a.decision for a in first.report.applied] == [
+        "zombie_warn"]
+    # busy once at NOW + 100, then idle again for 15 min
+    busy = datetime.fromtimestamp(NOW + 100, UTC)
+    for gpu in range(4):
+        store.record_util_sample(UtilSample(
+            idempotency_key=derive_key("busy", gpu), job_id=1, node="gpu05", gpu_index=gpu,
+            sampled_at=busy, util_pct=90.0, mem_used_mb=20_000))
+    later = NOW + 100 + 700
+    _idle_samples(store, 1, "gpu05", minutes=11, now=later)
+    again = daemon(slurm, store, cfg=cfg, clock=lambda: later).cycle()
+    assert again.report is not None
+    assert [a.decision for a in again.report.applied] == ["zombie_warn"]
+    assert slurm.jobs[1].state == JobState.RUNNING
+    assert len([d for d in store.decisions_for_job(1) if d.kind == "zombie_warn"]) == 2
+
+
+def test_a_lost_decision_row_is_written_when_the_action_is_found_done() -> None:
+    slurm, store = world(), FakeStore()
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    action = plan.actions[0]
+    for key in (action.key, action.key + "/done"):  # done, but its decision row was lost
+        store.audit(AuditEntry(idempotency_key=key, actor="x", action="requeue",
+                               target="job 1", at=datetime.fromtimestamp(NOW, UTC)))
+    Applier(slurm, store).apply(plan)
+    assert [d.kind for d in store.decisions_for_job(1)] == ["requeue"]
+
+
+def test_a_deposed_leader_writes_no_snapshots() -> None:
+    slurm, store = world(), FakeStore()
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    Applier(slurm, store, still_leader=lambda: False).apply(plan)
+    assert store.latest_budget_snapshots() == []

@@ -246,3 +246,10 @@ def test_sprio_site_2411() -> None:
 def test_runaway_none_2411() -> None:
     assert parse.parse_runaway(read("24.11", "sacctmgr_runawayjobs_p.txt")) == []
     assert parse.parse_runaway(read("24.11", "sacctmgr_runawayjobs.txt")) == []
+
+
+def test_sacct_submit_is_read_from_the_end_even_with_a_pipe_in_the_job_name() -> None:
+    line = ("7|alice|detection|alloc|COMPLETED|60|gres/gpu:v100=1,gres/gpu=1|100|160|"
+            "a|b|90")
+    (u,) = parse.parse_sacct_usage(line, 0, 1000)
+    assert (u.job_id, u.start, u.end, u.submit) == (7, 100, 160, 90)
