@@ -168,8 +168,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
 
     from slurm_ml.daemon import report
     from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.views import footprints, pending_jobs
-    from slurm_ml.policy.fairshare import fair_share
+    from slurm_ml.daemon.plan import current_fair_share
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -180,9 +179,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
         obs = observe(cfg, _slurm(cfg), None, now)
     except SlurmError as exc:
         _fail(f"cannot read Slurm: {exc}")
-    pending = pending_jobs(obs.jobs)
-    fair = fair_share(cfg, footprints(cfg, obs.jobs, obs.usage), now,
-                      pending_assocs={(p.account, p.user) for p in pending})
+    fair = current_fair_share(cfg, obs)
     util: dict[str, float] = {}
     snapshots: list[Any] = []
     target = _dsn(cfg, dsn)
@@ -226,8 +223,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     """
     from slurm_ml.daemon import report
     from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.views import footprints, pending_jobs
-    from slurm_ml.policy.fairshare import fair_share
+    from slurm_ml.daemon.plan import current_fair_share
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -240,9 +236,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     except SlurmError as exc:
         _fail(f"cannot read Slurm: {exc}")
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
-    pending = pending_jobs(obs.jobs)
-    fair = fair_share(cfg, footprints(cfg, obs.jobs, obs.usage), now,
-                      pending_assocs={(p.account, p.user) for p in pending})
+    fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
     target = _dsn(cfg, dsn)
     if target:

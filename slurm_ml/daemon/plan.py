@@ -108,13 +108,19 @@ def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
     return tuple(out)
 
 
+def current_fair_share(cfg: Config, obs: Observation) -> FairShare:
+    """The window's fair share, ranking the associations that have jobs pending now."""
+    pending = views.pending_jobs(obs.jobs)
+    return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage), obs.now,
+                      pending_assocs={(p.account, p.user) for p in pending})
+
+
 def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     """Everything this cycle would do, decided from ``obs`` alone."""
     now = obs.now
     jobs = obs.jobs
     pending = views.pending_jobs(jobs)
-    fair = fair_share(cfg, views.footprints(cfg, jobs, obs.usage), now,
-                      pending_assocs={(p.account, p.user) for p in pending})
+    fair = current_fair_share(cfg, obs)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     changed = {job: v for job, v in targets.items() if current.get(job) != v}
