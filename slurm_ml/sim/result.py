@@ -1,0 +1,58 @@
+"""What one simulated run produced: per-job outcomes and per-cycle samples.
+
+The engine fills these; ``metrics`` and ``report`` only read them, so a run can be
+summarised, compared and drawn without re-running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """One job's fate. Times are seconds from the workload start; ``start_s`` is the
+    first start, ``end_s`` None when the run ended first (still pending or running)."""
+
+    job_id: int
+    team: str
+    kind: str  # sim.workload DEBUG | SMALL | LARGE
+    gpus: int
+    submit_s: float
+    start_s: float | None
+    end_s: float | None
+    run_s: float  # time actually run, all attempts
+    requeues: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds of work lost to requeues (since last checkpoint)
+
+    @property
+    def wait_s(self) -> float | None:
+        """Queue wait until the first start (None if it never started)."""
+        return None if self.start_s is None else self.start_s - self.submit_s
+
+
+@dataclass(frozen=True, slots=True)
+class CycleSample:
+    """The cluster at one policy cycle."""
+
+    t_s: float
+    busy_gpus: Mapping[str, int]  # team -> GPUs in use
+    pending_gpus: Mapping[str, int]  # team -> GPUs waiting
+    free_gpus: int
+    fragmented_gpus: int  # free GPUs no pending job could use (wrong shape or leaf)
+    owed_gpu_h: Mapping[str, float] = field(default_factory=dict)  # team -> window owed
+    delivered_gpu_h: Mapping[str, float] = field(default_factory=dict)  # team -> window delivered
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    policy: str
+    cluster_gpus: int
+    start_s: float
+    end_s: float
+    jobs: tuple[JobOutcome, ...]
+    samples: tuple[CycleSample, ...]
+    team_weights: Mapping[str, float]
+    wall_s: float = 0.0  # how long the simulation took to run
+    preemptions: int = 0  # requeues the policy made
