@@ -1,0 +1,409 @@
+"""What a simulated run means in numbers: fairness, waits, occupancy, targets (pure).
+
+``summarize`` reduces one ``SimResult`` to a ``Summary`` an admin can compare across
+policies; ``targets`` checks the issue's outcome targets on it; ``compare`` prints several
+summaries side by side. Nothing here re-runs or changes a simulation.
+
+Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
+
+- *Jobs in scope* are those submitted in ``[a, b]``.
+- *Sampled time*: each ``CycleSample`` holds from its ``t_s`` until the next sample (the
+  last one until ``b``), clipped to ``[a, b]``. Time-weighted means are over that; time
+  before the first sample is unknown and does not count.
+- *Wait* of a job is ``start_s - submit_s``. A job that never started is counted as
+  waiting until the run's end, ``SimResult.end_s - submit_s`` (a lower bound), and is
+  **included** in every wait statistic, per class and overall; ``never_started`` says
+  how many.
+- Percentiles interpolate linearly between closest ranks (numpy's default).
+- *Occupancy* = busy GPU-seconds / (cluster GPUs x sampled time). *Utilisation* is the
+  same number: the trace has no per-GPU utilisation, so a busy GPU counts as fully used.
+- *Fragmentation* = time-weighted mean of ``fragmented_gpus / free_gpus`` over the time
+  when ``free_gpus > 0`` (None if the cluster was never free).
+- *Slowdown* of a finished job = ``(end_s - submit_s) / run_s``; without requeues that is
+  ``(wait + run) / run``, with them it also counts the waits after each requeue.
+- *Owed, delivered* per team come from the last sample in the window that has the team
+  in its maps (window values); ``ratio`` = delivered / owed there, ``ratio_mean`` its
+  time-weighted mean over the sampled time after the warm-up (default the window's first
+  10%) where owed > 0.
+- *Share* of a team = its weight / sum of weights x cluster GPUs (none without a weight).
+  The team has *enough demand* when busy + pending GPUs >= its share for more than half
+  of the sampled time (``demand_frac`` > 0.5).
+- *Requeues* and lost GPU-hours are summed over jobs in scope; *preemptions* is the run's
+  total (the result does not say when they happened).
+- *Targets* judge a team by ``ratio_mean`` (else ``ratio``): the minimum over teams with
+  enough demand >= 95%, the median over every team owed something >= 98%, the debug p90
+  wait <= 60 s, occupancy >= 95%. Bounds are inclusive; a target with nothing to measure
+  fails and says "cannot judge".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
+from slurm_ml.sim.workload import DEBUG, LARGE, SMALL
+
+#: Wait statistics are keyed by job class, then ``ALL`` for every job.
+ALL = "all"
+CLASSES = (DEBUG, SMALL, LARGE)
+#: Default warm-up, as a fraction of the window: ratios are noisy until owed builds up.
+WARMUP_FRACTION = 0.1
+#: Float slack for target boundaries, so 0.95 computed as a sum still passes ">= 0.95".
+_EPS = 1e-9
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None when empty."""
+    if not values:
+        return None
+    xs = sorted(values)
+    rank = p / 100.0 * (len(xs) - 1)
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return percentile(values, 50.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStats:
+    """Queue waits of one job class, never-started jobs included at their censored wait."""
+
+    jobs: int
+    never_started: int
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+    mean_s: float | None
+    max_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "never_started": self.never_started, "p50_s": self.p50_s,
+                "p90_s": self.p90_s, "p99_s": self.p99_s, "mean_s": self.mean_s,
+                "max_s": self.max_s}
+
+
+@dataclass(frozen=True, slots=True)
+class TeamSummary:
+    """One team: what it was owed and got, how much it asked for, how long it waited."""
+
+    team: str
+    share_gpus: float | None  # weight share of the cluster, in GPUs
+    owed_gpu_h: float | None  # last sample in the window
+    delivered_gpu_h: float | None
+    ratio: float | None  # delivered / owed at the last sample
+    ratio_mean: float | None  # time-weighted, after the warm-up, where owed > 0
+    demand_frac: float | None  # fraction of sampled time with busy + pending >= share
+    enough_demand: bool
+    jobs: int
+    finished: int
+    gpu_h_run: float  # all attempts, including work later lost to requeues
+    slowdown_p50: float | None
+    slowdown_p90: float | None
+
+    @property
+    def judged_ratio(self) -> float | None:
+        """The ratio the targets use: the mean after warm-up, else the last one."""
+        return self.ratio_mean if self.ratio_mean is not None else self.ratio
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"team": self.team, "share_gpus": self.share_gpus,
+                "owed_gpu_h": self.owed_gpu_h, "delivered_gpu_h": self.delivered_gpu_h,
+                "ratio": self.ratio, "ratio_mean": self.ratio_mean,
+                "demand_frac": self.demand_frac, "enough_demand": self.enough_demand,
+                "jobs": self.jobs, "finished": self.finished, "gpu_h_run": self.gpu_h_run,
+                "slowdown_p50": self.slowdown_p50, "slowdown_p90": self.slowdown_p90}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The headline numbers of one run over one window."""
+
+    policy: str
+    cluster_gpus: int
+    window: tuple[float, float]
+    warmup_s: float
+    sampled_s: float
+    jobs: int
+    teams: tuple[TeamSummary, ...]
+    waits: Mapping[str, WaitStats]  # job class (and ALL) -> waits
+    occupancy: float | None
+    utilisation: float | None  # == occupancy: the trace has no per-GPU utilisation
+    preemptions: int  # whole run: the result does not say when they happened
+    requeues: int
+    lost_gpu_h: float
+    fragmentation: float | None
+    max_wait_s: float | None  # starvation: longest wait of any job, censored ones included
+    max_wait_never_started_s: float | None
+    wall_s: float
+
+    def team(self, name: str) -> TeamSummary:
+        for t in self.teams:
+            if t.team == name:
+                return t
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (lists, str keys, None for undefined; no NaN or infinity)."""
+        return {
+            "policy": self.policy, "cluster_gpus": self.cluster_gpus,
+            "window": list(self.window), "warmup_s": self.warmup_s,
+            "sampled_s": self.sampled_s, "jobs": self.jobs,
+            "teams": [t.as_dict() for t in self.teams],
+            "waits": {k: w.as_dict() for k, w in self.waits.items()},
+            "occupancy": self.occupancy, "utilisation": self.utilisation,
+            "utilisation_note": "no per-GPU utilisation in the trace: equals occupancy",
+            "preemptions": self.preemptions, "requeues": self.requeues,
+            "lost_gpu_h": self.lost_gpu_h, "fragmentation": self.fragmentation,
+            "max_wait_s": self.max_wait_s,
+            "max_wait_never_started_s": self.max_wait_never_started_s,
+            "wall_s": self.wall_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCheck:
+    """One outcome target: the value measured, the bound, and why it holds or not."""
+
+    name: str
+    value: float | None
+    op: str  # ">=" or "<="
+    threshold: float
+    passed: bool
+    explanation: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "op": self.op,
+                "threshold": self.threshold, "passed": self.passed,
+                "explanation": self.explanation}
+
+
+def intervals(samples: Iterable[CycleSample], a: float, b: float
+              ) -> list[tuple[CycleSample, float]]:
+    """Each sample with the time it holds inside ``[a, b]`` (until the next sample, the
+    last one until ``b``); samples holding no time there are left out."""
+    ordered = sorted(samples, key=lambda s: s.t_s)
+    out: list[tuple[CycleSample, float]] = []
+    for i, s in enumerate(ordered):
+        hi = ordered[i + 1].t_s if i + 1 < len(ordered) else b
+        d = min(hi, b) - max(s.t_s, a)
+        if d > 0:
+            out.append((s, d))
+    return out
+
+
+def _wait_or_censored(job: JobOutcome, run_end: float) -> float:
+    w = job.wait_s
+    return max(0.0, run_end - job.submit_s) if w is None else w
+
+
+def _wait_stats(jobs: Sequence[JobOutcome], run_end: float) -> WaitStats:
+    waits = [_wait_or_censored(j, run_end) for j in jobs]
+    return WaitStats(
+        jobs=len(jobs), never_started=sum(1 for j in jobs if j.start_s is None),
+        p50_s=percentile(waits, 50), p90_s=percentile(waits, 90),
+        p99_s=percentile(waits, 99), mean_s=sum(waits) / len(waits) if waits else None,
+        max_s=max(waits) if waits else None)
+
+
+def _team_summary(team: str, result: SimResult, *, jobs: Sequence[JobOutcome],
+                  spans: Sequence[tuple[CycleSample, float]],
+                  warm: Sequence[tuple[CycleSample, float]]) -> TeamSummary:
+    total_w = sum(w for w in result.team_weights.values() if w > 0)
+    weight = result.team_weights.get(team, 0.0)
+    # A team without a weight has no share, so it cannot have "enough demand" for one.
+    share = weight / total_w * result.cluster_gpus if weight > 0 else None
+
+    last = next((s for s, _ in reversed(spans) if team in s.owed_gpu_h), None)
+    owed = last.owed_gpu_h[team] if last is not None else None
+    delivered = last.delivered_gpu_h.get(team) if last is not None else None
+    ratio = delivered / owed if owed and delivered is not None else None
+
+    num = den = 0.0
+    for s, d in warm:
+        o = s.owed_gpu_h.get(team, 0.0)
+        if o > 0:
+            num += s.delivered_gpu_h.get(team, 0.0) / o * d
+            den += d
+    ratio_mean = num / den if den > 0 else None
+
+    sampled = sum(d for _, d in spans)
+    demand_frac: float | None = None
+    if share is not None and sampled > 0:
+        asking = sum(d for s, d in spans
+                     if s.busy_gpus.get(team, 0) + s.pending_gpus.get(team, 0) >= share)
+        demand_frac = asking / sampled
+
+    mine = [j for j in jobs if j.team == team]
+    done = [j for j in mine if j.start_s is not None and j.end_s is not None]
+    slow = [(j.end_s - j.submit_s) / j.run_s for j in done
+            if j.end_s is not None and j.run_s > 0]
+    return TeamSummary(
+        team=team, share_gpus=share, owed_gpu_h=owed, delivered_gpu_h=delivered,
+        ratio=ratio, ratio_mean=ratio_mean, demand_frac=demand_frac,
+        enough_demand=demand_frac is not None and demand_frac > 0.5,
+        jobs=len(mine), finished=len(done),
+        gpu_h_run=sum(j.gpus * j.run_s for j in mine) / 3600.0,
+        slowdown_p50=percentile(slow, 50), slowdown_p90=percentile(slow, 90))
+
+
+def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
+              warmup_s: float | None = None) -> Summary:
+    """Reduce a run to its headline numbers (definitions in the module docstring).
+
+    ``warmup_s`` is measured from the window's start; default ``WARMUP_FRACTION`` of it.
+    """
+    a, b = window if window is not None else (result.start_s, result.end_s)
+    if b < a:
+        raise ValueError(f"window ends before it starts: {a} > {b}")
+    warm = WARMUP_FRACTION * (b - a) if warmup_s is None else warmup_s
+    jobs = [j for j in result.jobs if a <= j.submit_s <= b]
+    spans = intervals(result.samples, a, b)
+    sampled = sum(d for _, d in spans)
+
+    kinds = list(CLASSES) + sorted({j.kind for j in jobs} - set(CLASSES))
+    waits = {k: _wait_stats([j for j in jobs if j.kind == k], result.end_s) for k in kinds}
+    waits[ALL] = _wait_stats(jobs, result.end_s)
+    never = [_wait_or_censored(j, result.end_s) for j in jobs if j.start_s is None]
+
+    occupancy: float | None = None
+    if sampled > 0 and result.cluster_gpus > 0:
+        busy = sum(sum(s.busy_gpus.values()) * d for s, d in spans)
+        occupancy = busy / (result.cluster_gpus * sampled)
+    free_time = sum(d for s, d in spans if s.free_gpus > 0)
+    fragmentation = (sum(s.fragmented_gpus / s.free_gpus * d for s, d in spans
+                         if s.free_gpus > 0) / free_time) if free_time > 0 else None
+
+    names = set(result.team_weights) | {j.team for j in result.jobs}
+    for s, _ in spans:
+        names |= set(s.busy_gpus) | set(s.pending_gpus) | set(s.owed_gpu_h)
+    warm_spans = intervals(result.samples, min(a + warm, b), b)
+    teams = tuple(_team_summary(t, result, jobs=jobs, spans=spans, warm=warm_spans)
+                  for t in sorted(names))
+
+    return Summary(
+        policy=result.policy, cluster_gpus=result.cluster_gpus, window=(a, b),
+        warmup_s=warm, sampled_s=sampled, jobs=len(jobs), teams=teams, waits=waits,
+        occupancy=occupancy, utilisation=occupancy, preemptions=result.preemptions,
+        requeues=sum(j.requeues for j in jobs),
+        lost_gpu_h=sum(j.lost_gpu_s for j in jobs) / 3600.0, fragmentation=fragmentation,
+        max_wait_s=waits[ALL].max_s, max_wait_never_started_s=max(never) if never else None,
+        wall_s=result.wall_s)
+
+
+_UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",
+          "debug p90 wait": "s", "occupancy": "pct"}
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    """``pct``: a fraction as percent; ``s``: whole seconds; ``n``: a count; ``x``: 2 places."""
+    if value is None:
+        return "-"
+    if unit == "pct":
+        return f"{value * 100:.1f}%"
+    if unit == "s":
+        return f"{value:.0f} s"
+    if unit == "n":
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+def _check(name: str, value: float | None, op: str, threshold: float, what: str) -> TargetCheck:
+    if value is None:
+        return TargetCheck(name, None, op, threshold, False, f"cannot judge: {what}")
+    ok = value >= threshold - _EPS if op == ">=" else value <= threshold + _EPS
+    unit = _UNITS[name]
+    return TargetCheck(name, value, op, threshold, ok,
+                       f"{what}: {_fmt(value, unit)} ({'meets' if ok else 'misses'} "
+                       f"{op} {_fmt(threshold, unit)})")
+
+
+def _teams(n: int) -> str:
+    return f"{n} team" if n == 1 else f"{n} teams"
+
+
+def targets(summary: Summary) -> list[TargetCheck]:
+    """The issue's outcome targets. A target with nothing to measure fails ("cannot judge").
+
+    Team ratios are ``judged_ratio`` (mean after warm-up). The first target covers teams
+    with enough demand; the median is over every team that was owed something.
+    """
+    needy = [t for t in summary.teams if t.enough_demand and t.judged_ratio is not None]
+    worst = min(needy, key=lambda t: t.judged_ratio or 0.0) if needy else None
+    ratios = [r for t in summary.teams if (r := t.judged_ratio) is not None]
+    debug = summary.waits.get(DEBUG)
+    return [
+        _check("min ratio (enough demand)", worst.judged_ratio if worst else None, ">=", 0.95,
+               f"worst of {_teams(len(needy))} with enough demand is {worst.team!r}"
+               if worst else "no team had enough demand"),
+        _check("median team ratio", _median(ratios), ">=", 0.98,
+               f"median delivered/owed over {_teams(len(ratios))} owed something" if ratios
+               else "no team was owed anything"),
+        _check("debug p90 wait", debug.p90_s if debug and debug.jobs else None, "<=", 60.0,
+               f"p90 queue wait of {debug.jobs} debug jobs ({debug.never_started} never "
+               "started)" if debug and debug.jobs else "no debug jobs"),
+        _check("occupancy", summary.occupancy, ">=", 0.95,
+               f"busy GPU time over {summary.cluster_gpus} GPUs x "
+               f"{summary.sampled_s / 3600:.1f} h sampled" if summary.occupancy is not None
+               else "no samples"),
+    ]
+
+
+def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]:
+    """Headline rows, one cell per summary: shared by ``compare`` and the HTML report."""
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, values: Sequence[float | None], unit: str) -> None:
+        rows.append((label, [_fmt(v, unit) for v in values]))
+
+    checks = [targets(s) for s in summaries]
+    for i, c in enumerate(checks[0] if checks else []):
+        unit = _UNITS[c.name]
+        rows.append((f"target: {c.name} {c.op} {_fmt(c.threshold, unit)}",
+                     [f"{_fmt(cs[i].value, unit)} {'PASS' if cs[i].passed else 'FAIL'}"
+                      for cs in checks]))
+    row("teams with enough demand", [sum(t.enough_demand for t in s.teams) for s in summaries],
+        "n")
+    row("occupancy", [s.occupancy for s in summaries], "pct")
+    row("utilisation (= occupancy)", [s.utilisation for s in summaries], "pct")
+    row("fragmentation index", [s.fragmentation for s in summaries], "pct")
+    row("preemptions", [s.preemptions for s in summaries], "n")
+    row("requeues", [s.requeues for s in summaries], "n")
+    row("GPU-hours lost to requeues", [s.lost_gpu_h for s in summaries], "x")
+    kinds = list(dict.fromkeys(k for s in summaries for k in s.waits))
+    for k in kinds:
+        ws = [s.waits.get(k) for s in summaries]
+        row(f"{k} jobs", [w.jobs if w else None for w in ws], "n")
+        row(f"{k} never started", [w.never_started if w else None for w in ws], "n")
+        for stat in ("p50", "p90", "p99", "mean"):
+            row(f"{k} wait {stat}", [getattr(w, f"{stat}_s") if w else None for w in ws], "s")
+    row("max wait (starvation)", [s.max_wait_s for s in summaries], "s")
+    row("max wait, never started", [s.max_wait_never_started_s for s in summaries], "s")
+    teams = list(dict.fromkeys(t.team for s in summaries for t in s.teams))
+    for name in teams:
+        got = [next((t for t in s.teams if t.team == name), None) for s in summaries]
+        row(f"{name} delivered/owed", [t.judged_ratio if t else None for t in got], "pct")
+        row(f"{name} slowdown p50", [t.slowdown_p50 if t else None for t in got], "x")
+    row("simulation wall time (s)", [s.wall_s for s in summaries], "x")
+    return rows
+
+
+def compare(summaries: Sequence[Summary]) -> str:
+    """A side-by-side text table, policies as columns, for the CLI."""
+    header = ["metric", *(s.policy for s in summaries)]
+    body = [[label, *cells] for label, cells in comparison_rows(summaries)]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in body]
+    return "\n".join(out)
