@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from slurm_ml.config import Config, FairshareConfig
+from slurm_ml.policy.fairshare_ledger import FootprintLedger, Tally, sum_up
 from slurm_ml.policy.fairshare_owed import DemandGrid, owed
 from slurm_ml.policy.fairshare_tree import (
     Association,
@@ -35,6 +36,7 @@ __all__ = [
     "SITE_FACTOR_LIMIT",
     "FairShare",
     "Footprint",
+    "FootprintLedger",
     "PendingJob",
     "Standing",
     "band",
@@ -162,7 +164,7 @@ def job_site_factor(band_value: int, nice: int, cfg: FairshareConfig) -> int:
     return min(band_value - min(nice, reach) + nice, SITE_FACTOR_LIMIT)
 
 
-def fair_share(cfg: Config, footprints: Iterable[Footprint], now: int,
+def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, now: int,
                pending_assocs: Collection[tuple[str, str]] = (), *,
                capacity: float | None = None) -> FairShare:
     """Every tree node's standing over the window [now - window_hours, now).
@@ -172,15 +174,22 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint], now: int,
     submit time is unknown is counted in ``pending_gpus`` only. ``pending_assocs``: the
     associations with pending jobs, the only ones given a rank. ``capacity`` overrides
     :func:`capacity_billing_gpus` (billing GPUs).
+
+    ``footprints`` may be a :class:`FootprintLedger` (the simulator's): the same
+    footprints with running sums, tallied without visiting each one.
     """
     fcfg = cfg.policy.fairshare
     tree = flatten(cfg.budgets)
     cap = capacity_billing_gpus(cfg) if capacity is None else capacity
     start = now - max(1, round(fcfg.window_hours * _HOUR))
-    tally = _tally(tree, footprints, start, now)
     grid = DemandGrid(start, now, fcfg.owed_bucket_s)
-    grid.extend(tally.asked)
-    owed_h, demand_h = owed(tree, grid.demand(), [cap * h for h in grid.bucket_hours()])
+    if isinstance(footprints, FootprintLedger):
+        tally, demand = footprints.window(tree, start, now, fcfg.owed_bucket_s)
+    else:
+        tally = _tally(tree, footprints, start, now)
+        grid.extend(tally.asked)
+        demand = grid.demand()
+    owed_h, demand_h = owed(tree, demand, [cap * h for h in grid.bucket_hours()])
     lfs = level_fs(tree, tally.delivered)
     order = tuple(tuple(tree.assoc_at[leaf] for leaf in group)
                   for group in fair_tree_order(tree, lfs))
@@ -212,21 +221,10 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint], now: int,
                      fair_tree_order=order, ranks=count, unmatched=tally.unmatched)
 
 
-@dataclass(slots=True)
-class _Tally:
-    """Footprints summed per tree node (after :func:`_tally`, parents include children)."""
-
-    delivered: list[float]
-    free: list[float]
-    pending: list[float]
-    asked: list[tuple[int, int, int, float]]  # (leaf, begin, end, GPUs) of alloc demand
-    unmatched: float = 0.0
-
-
-def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int) -> _Tally:
+def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int) -> Tally:
     """One pass over the footprints: usage per leaf, pending GPUs, demand intervals."""
     size = len(tree.kinds)
-    out = _Tally([0.0] * size, [0.0] * size, [0.0] * size, [])
+    out = Tally([0.0] * size, [0.0] * size, [0.0] * size, [])
     delivered, free, pending, asked = out.delivered, out.free, out.pending, out.asked
     leaf_of = tree.leaf_of
     for fp in footprints:
@@ -255,11 +253,7 @@ def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int
             since = run
         if since is not None and end > since:
             asked.append((leaf, since if since > start else start, end, gpus))
-    for node in range(size - 1, 0, -1):  # children follow their parent: sum upwards
-        parent = tree.parents[node]
-        delivered[parent] += delivered[node]
-        free[parent] += free[node]
-        pending[parent] += pending[node]
+    sum_up(tree, out)
     return out
 
 
