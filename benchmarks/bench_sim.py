@@ -1,0 +1,147 @@
+"""Simulator speed: simulated days per wall-clock second, and peak memory.
+
+Replays the real Philly trace (``traces/pollux_philly/philly.csv`` of the shared data kit:
+82k jobs over 109 days, 15 VCs = teams) on a 1,000-GPU cluster (125 nodes x 8 GPUs,
+budgets proportional to ``philly_vc.csv``) under a policy, and reports how many
+simulated days one wall-clock second covers, the peak RSS, and with ``--profile`` where
+the time goes. Without the trace file (or with ``--synthetic``) it runs a synthetic
+Philly-like workload instead, and says so in its output.
+
+Usage: python benchmarks/bench_sim.py [--policy budget] [--gpus 1000] [--days D]
+                                      [--demand X] [--synthetic] [--profile] [--json]
+Target (issue 6): >= 1 simulated day per second with policy ``budget``, <= 1 GB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import math
+import pstats
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+from slurm_ml.config import Config, load_config
+from slurm_ml.sim.engine import SimSettings, simulate
+from slurm_ml.sim.workload import LARGE, SMALL, SimJob
+
+REPO = Path(__file__).resolve().parents[1]
+PHILLY = "traces/pollux_philly/philly.csv"
+DAY = 86400.0
+
+
+def philly(days: float | None, gpus: int, demand: float | None) -> tuple[Config, list[SimJob],
+                                                                        str] | None:
+    """The real trace on a ``gpus``-GPU cluster; None when the loader or file is missing."""
+    try:
+        from slurm_ml.sim import scenario, traces
+    except ImportError:
+        return None
+    path = traces.default_data_dir() / PHILLY
+    if not path.exists():
+        return None
+    trace = traces.load_philly(path)
+    if days is not None:
+        trace = scenario.slice_trace(trace, 0.0, days * DAY)
+    if demand is not None:
+        trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, gpus, demand))
+    cfg = scenario.trace_config(load_config(REPO / "conf" / "slurm-ml.yaml"), trace, gpus,
+                                traces.default_vc_nodes())
+    return cfg, list(trace.jobs), f"real: {trace.description}"
+
+
+def synthetic(days: float | None, gpus: int) -> tuple[Config, list[SimJob], str]:
+    """SYNTHETIC Philly-like jobs: 15 teams, ~750 jobs/day (Poisson), Philly's GPU-count
+    mix (93% single-GPU) and a log-normal run time with Philly's median (~19 min) and
+    mean (~3.6 h)."""
+    import dataclasses
+
+    from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, NodeClass
+
+    rnd = random.Random(6)
+    span = (days or 109.0) * DAY
+    teams = [f"vc{i:02d}" for i in range(15)]
+    sizes = [(1, 0.932), (2, 0.022), (4, 0.023), (8, 0.020), (16, 0.0024), (32, 0.0008)]
+    jobs: list[SimJob] = []
+    t = 0.0
+    while True:
+        t += rnd.expovariate(750.0 / DAY)
+        if t >= span:
+            break
+        gpus_asked = rnd.choices([g for g, _ in sizes], [w for _, w in sizes])[0]
+        duration = min(30 * DAY, max(1.0, rnd.lognormvariate(math.log(1144.0), 2.2)))
+        team = rnd.choice(teams)
+        jobs.append(SimJob(job_id=len(jobs) + 1, team=team, user=f"u{team}", submit_s=t,
+                           gpus=gpus_asked, duration_s=duration,
+                           kind=LARGE if gpus_asked > 8 else SMALL))
+    base = load_config(REPO / "conf" / "slurm-ml.yaml")
+    nodes = gpus // 8
+    classes = tuple(
+        NodeClass(f"leaf{i}", f"sim[{i * 32 + 1:03d}-{min(nodes, (i + 1) * 32):03d}]",
+                  "a100_80g", 8, f"leaf{i}", ("a100_80g",), 64, 512_000)
+        for i in range(math.ceil(nodes / 32)))
+    budgets = BudgetTree("ml", (BudgetProgram("philly", 1.0, tuple(
+        BudgetProject(team, 1.0 + i % 4, (f"u{team}",)) for i, team in enumerate(teams))),))
+    cfg = dataclasses.replace(base, node_classes=classes, budgets=budgets)
+    return cfg, jobs, f"SYNTHETIC Philly-like workload: {len(jobs)} jobs, 15 teams"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default="budget")
+    ap.add_argument("--gpus", type=int, default=1000)
+    ap.add_argument("--days", type=float, default=None, help="first D days of arrivals")
+    ap.add_argument("--demand", type=float, default=None,
+                    help="scale arrivals to this demand/capacity ratio (real trace only)")
+    ap.add_argument("--synthetic", action="store_true", help="skip the real trace")
+    ap.add_argument("--profile", action="store_true", help="print the top functions")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    began = time.perf_counter()
+    got = None if args.synthetic else philly(args.days, args.gpus, args.demand)
+    cfg, jobs, workload = got if got is not None else synthetic(args.days, args.gpus)
+    load_s = time.perf_counter() - began
+    rss_before = peak_rss_mb()
+
+    profiler = cProfile.Profile() if args.profile else None
+    began = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    result = simulate(cfg, jobs, args.policy, settings=SimSettings())
+    if profiler is not None:
+        profiler.disable()
+    wall = time.perf_counter() - began
+    days = (result.end_s - result.start_s) / DAY
+    out = {
+        "workload": workload, "policy": args.policy, "cluster_gpus": result.cluster_gpus,
+        "jobs": len(jobs), "simulated_days": round(days, 2), "wall_s": round(wall, 2),
+        "sim_days_per_s": round(days / wall, 2), "cycles": len(result.samples),
+        "preemptions": result.preemptions, "load_s": round(load_s, 2),
+        "peak_rss_mb": round(peak_rss_mb(), 1), "rss_after_load_mb": round(rss_before, 1),
+        "target": ">= 1 simulated day/s and <= 1024 MB",
+    }
+    out["meets_target"] = out["sim_days_per_s"] >= 1.0 and out["peak_rss_mb"] <= 1024
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for key, value in out.items():
+            print(f"{key:>18}: {value}")
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+        print(text.getvalue(), file=sys.stderr)
+    return 0 if out["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""The discrete-event simulator: a virtual clock jumping between arrivals, ends and cycles.
+
+Between events nothing happens, so the clock jumps (no per-second ticks). At each
+event time the ends are handled first (GPUs freed), then the arrivals, then, when one is
+due, the policy cycle (re-order, requeues) and a scheduling pass
+(:mod:`slurm_ml.sim.engine_sched`). Every cycle leaves a :class:`CycleSample`. The same
+policy functions the daemon runs decide the order and the requeues
+(:mod:`slurm_ml.sim.policies`); the engine only keeps the books.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from slurm_ml.config import Config
+from slurm_ml.policy import fairshare
+from slurm_ml.policy.fairshare import FairShare
+from slurm_ml.policy.fairshare_tree import flatten
+from slurm_ml.sim import engine_state as es
+from slurm_ml.sim.cluster import Alloc, Cluster
+from slurm_ml.sim.engine_sample import sample
+from slurm_ml.sim.engine_sched import Scheduler
+from slurm_ml.sim.engine_state import DONE, NEVER, PENDING, RUNNING, SimSettings, SimState, Task
+from slurm_ml.sim.policies import POLICIES, Decision, make_policy
+from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
+from slurm_ml.sim.workload import SimJob
+
+__all__ = ["POLICIES", "CycleRecord", "Engine", "SimSettings", "simulate"]
+
+#: The ledger forgets footprints older than the window this often (simulated seconds).
+_PRUNE_S = 86400.0
+_PROGRESS_CALLS = 100
+_DEFAULTS = SimSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRecord:
+    """One policy cycle, as :meth:`Engine.cycles` yields it."""
+
+    t_s: float
+    sample: CycleSample
+    decision: Decision | None  # budget: what the policy decided, and on what inputs
+
+
+def simulate(cfg: Config, jobs: Sequence[SimJob], policy: str, *,
+             settings: SimSettings = _DEFAULTS,
+             progress: Callable[[float, float], None] | None = None) -> SimResult:
+    """Replay ``jobs`` on the cluster of ``cfg`` under ``policy`` (one of ``POLICIES``).
+
+    ``progress(sim_t, end_t)`` is called about a hundred times over the run; ``end_t``
+    is ``settings.end_s``, else the last submission (the run may go on past it).
+    """
+    engine = Engine(cfg, jobs, policy, settings)
+    for _ in engine.cycles(progress):
+        pass
+    return engine.result()
+
+
+class Engine:
+    """One run. :meth:`cycles` advances it cycle by cycle; :meth:`result` sums it up."""
+
+    def __init__(self, cfg: Config, jobs: Sequence[SimJob], policy: str,
+                 settings: SimSettings = _DEFAULTS) -> None:
+        cluster = Cluster(cfg)
+        if cluster.total == 0:
+            raise ValueError("the config has no GPU nodes to simulate")
+        tasks = [es.new_task(cfg, cluster, job) for job in jobs]
+        by_id = {t.spec.job_id: t for t in tasks}
+        if len(by_id) != len(tasks):
+            raise ValueError("job ids must be unique")
+        self.st = SimState(cfg=cfg, settings=settings, cluster=cluster,
+                           tree=flatten(cfg.budgets), tasks=tasks, by_id=by_id,
+                           capacity=fairshare.capacity_billing_gpus(cfg))
+        self.policy = make_policy(policy, self.st)
+        self.sched = Scheduler(self.st, self._start)
+        self._arrivals = sorted(tasks, key=lambda t: (t.spec.submit_s, t.spec.job_id))
+        self._next_arrival = 0
+        self._ends: list[tuple[float, int, int, int]] = []  # (at, seq, job id, run_no)
+        self._seq = 0
+        self._cycle = 0
+        self._samples: list[CycleSample] = []
+        self._pruned_at = 0.0
+        self._wall = 0.0
+        self._done = False
+
+    # ------------------------------------------------------------------ the loop
+
+    def cycles(self, progress: Callable[[float, float], None] | None = None,
+               ) -> Iterator[CycleRecord]:
+        """Run to the end, yielding after every policy cycle."""
+        st, s = self.st, self.st.settings
+        last_submit = self._arrivals[-1].spec.submit_s if self._arrivals else 0.0
+        horizon = s.end_s if s.end_s is not None else last_submit
+        step = horizon / _PROGRESS_CALLS if horizon > 0 else math.inf
+        mark = step
+        began = time.perf_counter()
+        try:
+            while True:
+                t = self._next_time()
+                if t is None or (s.end_s is not None and t > s.end_s):
+                    break
+                st.now = t
+                self._events(t)
+                if t == self._cycle * s.cycle_s:
+                    record = self._run_cycle()
+                    self._wall += time.perf_counter() - began
+                    yield record
+                    began = time.perf_counter()
+                else:
+                    self.sched.run()
+                if progress is not None and t >= mark:
+                    progress(t, horizon)
+                    mark = (math.floor(t / step) + 1) * step
+        finally:
+            self._wall += time.perf_counter() - began
+        self._done = True
+        if progress is not None:
+            progress(st.now, horizon)
+
+    def _next_time(self) -> float | None:
+        """The next event time; None once nothing is left to happen."""
+        st = self.st
+        arrival = (self._arrivals[self._next_arrival].spec.submit_s
+                   if self._next_arrival < len(self._arrivals) else math.inf)
+        end = self._ends[0][0] if self._ends else math.inf
+        cycle = self._cycle * st.settings.cycle_s
+        idle = arrival == math.inf and end == math.inf and not st.running and not st.pending
+        if idle and (st.settings.end_s is None or cycle > st.settings.end_s):
+            return None
+        return min(arrival, end, cycle)
+
+    def _events(self, t: float) -> None:
+        st = self.st
+        ends = self._ends
+        while ends and ends[0][0] <= t:
+            _, _, job_id, run_no = heapq.heappop(ends)
+            task = st.by_id[job_id]
+            if task.state == RUNNING and task.run_no == run_no:
+                self._finish(task)
+        arrivals, i = self._arrivals, self._next_arrival
+        while i < len(arrivals) and arrivals[i].spec.submit_s <= t:
+            self._arrive(arrivals[i])
+            i += 1
+        self._next_arrival = i
+
+    def _run_cycle(self) -> CycleRecord:
+        st, s = self.st, self.st.settings
+        out = self.policy.cycle(st)
+        if out.reordered:
+            st.pending.sort(key=lambda task: task.key)
+            self.sched.changed()
+        for rq in out.requeues:
+            self._requeue(st.by_id[rq.victim], rq.gpus)
+        self.sched.run()
+        fair = out.fair
+        if fair is None and self._cycle % s.owed_every == 0:  # fifo, slurm-fairshare
+            fair = fairshare.fair_share(st.cfg, st.ledger, st.stamp(st.now),
+                                        capacity=st.capacity)
+        owed, delivered = _owed(fair) if fair is not None else ({}, {})
+        record = CycleRecord(t_s=st.now, sample=sample(st, owed, delivered),
+                             decision=out.decision)
+        self._samples.append(record.sample)
+        self._cycle += 1
+        if st.now - self._pruned_at >= _PRUNE_S:
+            self._prune()
+        return record
+
+    def _prune(self) -> None:
+        st = self.st
+        window = max(1, round(st.cfg.policy.fairshare.window_hours * 3600))
+        st.ledger.prune(st.stamp(st.now) - window)
+        cap_window = st.cfg.policy.contracts.preempt_cap_window_s
+        now = st.stamp(st.now)
+        st.recent_requeues = [(at, g) for at, g in st.recent_requeues if now - at < cap_window]
+        cooldown = st.cfg.policy.contracts.requeue_cooldown_s
+        st.last_requeue = {j: at for j, at in st.last_requeue.items() if now - at < cooldown}
+        self._pruned_at = st.now
+
+    # ------------------------------------------------------------------ transitions
+
+    def _arrive(self, task: Task) -> None:
+        st = self.st
+        if not st.cluster.feasible(task.spec.gpus, task.types):
+            task.state = NEVER
+            return
+        task.state = PENDING
+        task.pend_since = st.now
+        task.key = self.policy.key(st, task)
+        task.footprint = es.pending_footprint(st, task)
+        st.ledger.add(task.footprint)
+        st.add_pending(task)
+        self.sched.arrived(task)
+
+    def _start(self, task: Task, alloc: Alloc) -> None:
+        st = self.st
+        st.cluster.take(alloc)
+        st.left_pending(task)
+        task.state = RUNNING
+        task.alloc = alloc
+        task.held = sum(g for _, g in alloc)
+        task.run_start = st.now
+        task.run_no += 1
+        task.end_at = st.now + task.remaining
+        if task.first_start is None:
+            task.first_start = st.now
+        task.running_job = es.running_job(st, task)
+        opened = es.running_footprint(st, task)
+        assert task.footprint is not None
+        st.ledger.replace(task.footprint, opened)
+        task.footprint = opened
+        st.add_running(task)
+        heapq.heappush(self._ends, (task.end_at, self._seq, task.spec.job_id, task.run_no))
+        self._seq += 1
+
+    def _stop(self, task: Task) -> None:
+        """Take a running task off its nodes and close its run's footprint."""
+        st = self.st
+        st.left_running(task)
+        st.cluster.release(task.alloc)
+        task.run_s += st.now - task.run_start
+        closed = es.running_footprint(st, task, until=st.now)
+        assert task.footprint is not None
+        st.ledger.replace(task.footprint, closed)
+        task.footprint = None
+        task.alloc = ()
+        self.sched.changed()
+
+    def _finish(self, task: Task) -> None:
+        self._stop(task)
+        task.state = DONE
+        task.end = self.st.now
+        task.remaining = 0.0
+
+    def _requeue(self, task: Task, gpus: int) -> None:
+        """Back to pending, having lost the work since its last checkpoint."""
+        st = self.st
+        if task.state != RUNNING:
+            raise AssertionError(f"requeue of job {task.spec.job_id}, which is not running")
+        ran = st.now - task.run_start
+        saved = math.floor(ran / st.settings.checkpoint_s) * st.settings.checkpoint_s
+        self._stop(task)
+        task.remaining -= saved
+        task.lost_gpu_s += (ran - saved) * task.spec.gpus
+        task.requeues += 1
+        st.preemptions += 1
+        now = st.stamp(st.now)
+        st.last_requeue[task.spec.job_id] = now
+        st.recent_requeues.append((now, gpus))
+        task.state = PENDING
+        task.pend_since = st.now
+        task.end_at = math.inf
+        task.key = self.policy.key(st, task)
+        task.footprint = es.pending_footprint(st, task)
+        st.ledger.add(task.footprint)
+        st.add_pending(task)
+
+    # ------------------------------------------------------------------ the result
+
+    def result(self) -> SimResult:
+        st = self.st
+        outcomes = tuple(
+            JobOutcome(job_id=t.spec.job_id, team=t.spec.team, kind=t.spec.kind,
+                       gpus=t.spec.gpus, submit_s=t.spec.submit_s, start_s=t.first_start,
+                       end_s=t.end,
+                       run_s=t.run_s + (st.now - t.run_start if t.state == RUNNING else 0.0),
+                       requeues=t.requeues, lost_gpu_s=t.lost_gpu_s)
+            for t in st.tasks)
+        start = min((t.spec.submit_s for t in st.tasks), default=0.0)
+        return SimResult(policy=self.policy.name, cluster_gpus=st.cluster.total,
+                         start_s=min(0.0, start), end_s=st.now, jobs=outcomes,
+                         samples=tuple(self._samples), team_weights=es.team_weights(st.cfg),
+                         wall_s=self._wall, preemptions=st.preemptions)
+
+
+def _owed(fair: FairShare) -> tuple[dict[str, float], dict[str, float]]:
+    owed = {s.account: s.owed for s in fair.standings if s.kind == "project"}
+    delivered = {s.account: s.delivered for s in fair.standings if s.kind == "project"}
+    return owed, delivered
+

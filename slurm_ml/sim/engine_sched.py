@@ -1,0 +1,129 @@
+"""Slurm's scheduling pass: jobs in priority order, EASY backfill around one reservation.
+
+The first job that cannot start gets a reservation at the earliest time enough nodes
+free up (running jobs end at start + remaining duration: the trace's durations are the
+estimates); a later job may start now only if it fits and either ends before that time
+or stays off the reserved nodes. Once a pass has run, nothing can start until something
+changes, so an arriving job is tried alone against the standing reservation instead of
+re-running the pass (it gives the same decisions: see :meth:`Scheduler.arrived`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from slurm_ml.sim.cluster import Alloc
+from slurm_ml.sim.engine_state import Key, SimState, Task
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The blocked head job's reservation: its key, when, and on which nodes."""
+
+    key: Key
+    at: float
+    nodes: frozenset[int]
+
+
+class Scheduler:
+    """Runs passes over ``st.pending``; ``start`` starts a task on an allocation."""
+
+    def __init__(self, st: SimState, start: Callable[[Task, Alloc], None]) -> None:
+        self.st = st
+        self.start = start
+        self.settled = False  # the last pass still holds: nothing changed since but arrivals
+        self.reservation: Reservation | None = None
+
+    def changed(self) -> None:
+        """GPUs were freed or the order changed: the next chance needs a full pass."""
+        self.settled = False
+
+    def run(self) -> None:
+        """A full pass, unless the last one still holds."""
+        if not self.settled:
+            self.full_pass()
+
+    def full_pass(self) -> None:
+        st, cluster, now = self.st, self.st.cluster, self.st.now
+        res: Reservation | None = None
+        fit_any: dict[tuple[int, ...], int] = {}  # types -> fewest GPUs that did not fit
+        fit_off: dict[tuple[int, ...], int] = {}  # ... off the reserved nodes
+        started: list[int] = []
+        dead = 0  # type sets of which not even one GPU fits: once all are, stop
+        kinds = len(st.pending_types)
+        for i, task in enumerate(st.pending):
+            if cluster.free_total == 0 or dead == kinds:
+                break
+            gpus, types = task.spec.gpus, task.types
+            if gpus >= fit_any.get(types, 1 << 30):
+                continue
+            if res is None:
+                alloc = cluster.place(gpus, types)
+                if alloc is None:
+                    fit_any[types] = gpus
+                    dead += gpus == 1
+                    res = self._reserve(task)
+                    continue
+            elif now + task.remaining <= res.at:
+                alloc = cluster.place(gpus, types)
+                if alloc is None:
+                    fit_any[types] = gpus
+                    dead += gpus == 1
+                    continue
+            else:
+                if gpus >= fit_off.get(types, 1 << 30):
+                    continue
+                alloc = cluster.place(gpus, types, res.nodes)
+                if alloc is None:
+                    fit_off[types] = gpus
+                    continue
+            self.start(task, alloc)
+            started.append(i)
+        pending = st.pending
+        for i in reversed(started):
+            del pending[i]
+        self.reservation = res
+        self.settled = True
+
+    def arrived(self, task: Task) -> None:
+        """``task`` just joined ``st.pending``. While the last pass holds, the jobs ahead
+        of it still cannot start (nothing was freed, and a job that did not fit or did not
+        end before the reservation still does not), so only ``task`` can change anything:
+        ahead of the reserved job it may move the reservation (full pass), behind it is
+        the backfill test alone."""
+        if not self.settled:
+            return
+        cluster = self.st.cluster
+        if cluster.free_total == 0:
+            return  # the stale reservation is never used: GPUs free only through changed()
+        res = self.reservation
+        gpus, types = task.spec.gpus, task.types
+        if res is None:
+            alloc = cluster.place(gpus, types)
+            if alloc is None:
+                self.reservation = self._reserve(task)
+                return
+        elif task.key < res.key:
+            self.full_pass()
+            return
+        elif self.st.now + task.remaining <= res.at:
+            alloc = cluster.place(gpus, types)
+        else:
+            alloc = cluster.place(gpus, types, res.nodes)
+        if alloc is not None:
+            self.start(task, alloc)
+            self.st.pending.remove(task)
+
+    def _reserve(self, task: Task) -> Reservation:
+        st = self.st
+        got = st.cluster.earliest(task.spec.gpus, task.types, self._ends())
+        if got is None:  # cannot happen for a feasible job: everything ends some day
+            return Reservation(task.key, math.inf, frozenset())
+        return Reservation(task.key, got[0], got[1])
+
+    def _ends(self) -> Iterator[tuple[float, Alloc]]:
+        running = self.st.running
+        for at, job_id in self.st.ends:
+            yield at, running[job_id].alloc

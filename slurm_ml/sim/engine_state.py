@@ -1,0 +1,259 @@
+"""The simulator's state, and the value types the policies take, built from it.
+
+The daemon turns what slurmctld and slurmdbd report into ``Footprint``, ``PendingJob``,
+``RunningJob`` and ``WaitingJob`` (``daemon.views``); the simulator builds the same values
+from its own jobs, once per state change (a footprint when a job arrives, starts, ends or
+is requeued), so that a policy cycle costs what the policy costs and not a rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+
+from slurm_ml.config import Config
+from slurm_ml.model import ALLOC_QOS, FREE_QOS
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
+from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger, PendingJob
+from slurm_ml.policy.fairshare_tree import FlatTree, flatten
+from slurm_ml.sim.cluster import Alloc, Cluster
+from slurm_ml.sim.workload import SimJob
+
+#: A task's states. ARRIVING: not submitted yet; NEVER: can never run on this cluster.
+ARRIVING, PENDING, RUNNING, DONE, NEVER = range(5)
+
+#: A policy's sort key for the pending queue: smaller runs first.
+Key = tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """Knobs of the simulation itself (the policy's own knobs are the Config's)."""
+
+    cycle_s: float = 300.0  # policy cycle: SiteFactor, requeues, Slurm's priority recalculation
+    checkpoint_s: float = 1800.0  # a requeued job resumes from its last checkpoint
+    half_life_s: float = 7 * 86400.0  # slurm-fairshare: PriorityDecayHalfLife (Slurm: 7 days)
+    max_age_s: float = 7 * 86400.0  # slurm-fairshare: PriorityMaxAge (Slurm: 7 days)
+    weight_fairshare: int = 10_000  # slurm-fairshare: PriorityWeightFairshare
+    weight_age: int = 1_000  # slurm-fairshare: PriorityWeightAge
+    #: fifo and slurm-fairshare: owed/delivered sampled every this many cycles (budget: all)
+    owed_every: int = 12
+    end_s: float | None = None  # stop here; None: when every job has run
+    epoch_s: int = 1_600_000_000  # simulated second 0 as the policies' epoch clock
+
+    def __post_init__(self) -> None:
+        if not (self.cycle_s > 0 and self.checkpoint_s > 0 and self.half_life_s > 0
+                and self.max_age_s > 0 and self.owed_every >= 1):
+            raise ValueError(f"bad simulation settings: {self}")
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    """One job's life in the simulation (mutable; the engine owns it)."""
+
+    spec: SimJob
+    types: tuple[int, ...]  # GPU type indices it may run on
+    qos: str
+    billing_pending: float  # billing GPUs while pending (untyped: the top weight)
+    pending_job: PendingJob
+    state: int = ARRIVING
+    remaining: float = 0.0  # seconds of work left when the current/next run starts
+    pend_since: float = 0.0
+    run_start: float = 0.0
+    run_no: int = 0  # runs started so far (an end event of an older run is stale)
+    alloc: Alloc = ()
+    held: int = 0  # GPUs held while running (whole nodes for a gang)
+    end_at: float = math.inf
+    key: Key = ()
+    footprint: Footprint | None = None  # the open one (pending or running)
+    running_job: RunningJob | None = None
+    first_start: float | None = None
+    end: float | None = None
+    run_s: float = 0.0
+    requeues: int = 0
+    lost_gpu_s: float = 0.0
+
+    @property
+    def assoc(self) -> tuple[str, str]:
+        return self.spec.team, self.spec.user
+
+
+@dataclass(slots=True)
+class SimState:
+    """Everything the engine and the policies share: the clock, the queue, the cluster."""
+
+    cfg: Config
+    settings: SimSettings
+    cluster: Cluster
+    tree: FlatTree
+    tasks: list[Task]
+    by_id: dict[int, Task]
+    capacity: float  # billing GPUs (fairshare.capacity_billing_gpus, computed once)
+    now: float = 0.0
+    pending: list[Task] = field(default_factory=list)  # sorted by Task.key
+    running: dict[int, Task] = field(default_factory=dict)  # job id -> task, in start order
+    ends: list[tuple[float, int]] = field(default_factory=list)  # (end_at, job id), sorted
+    ledger: FootprintLedger = field(default_factory=FootprintLedger)
+    last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
+    recent_requeues: list[tuple[int, int]] = field(default_factory=list)  # (epoch, GPUs)
+    pending_assocs: dict[tuple[str, str], int] = field(default_factory=dict)  # -> jobs
+    pending_types: dict[tuple[int, ...], int] = field(default_factory=dict)  # types -> jobs
+    busy: dict[str, int] = field(default_factory=dict)  # team -> GPUs held
+    waiting: dict[str, int] = field(default_factory=dict)  # team -> GPUs pending
+    #: billing GPU-seconds run per association, as (total up to ``at``, rate, at)
+    usage: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
+    preemptions: int = 0
+
+    def stamp(self, t: float) -> int:
+        """Simulated seconds as the policies' epoch seconds."""
+        return self.settings.epoch_s + math.floor(t)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def add_pending(self, task: Task) -> None:
+        insort(self.pending, task, key=_key)
+        a = task.assoc
+        self.pending_assocs[a] = self.pending_assocs.get(a, 0) + 1
+        self.pending_types[task.types] = self.pending_types.get(task.types, 0) + 1
+        team = task.spec.team
+        self.waiting[team] = self.waiting.get(team, 0) + task.spec.gpus
+
+    def left_pending(self, task: Task) -> None:
+        """Counters only: the caller takes the task out of ``pending``."""
+        a = task.assoc
+        left = self.pending_assocs[a] - 1
+        if left:
+            self.pending_assocs[a] = left
+        else:
+            del self.pending_assocs[a]
+        left = self.pending_types[task.types] - 1
+        if left:
+            self.pending_types[task.types] = left
+        else:
+            del self.pending_types[task.types]
+        team = task.spec.team
+        self.waiting[team] -= task.spec.gpus
+
+    def add_running(self, task: Task) -> None:
+        self.running[task.spec.job_id] = task
+        insort(self.ends, (task.end_at, task.spec.job_id))
+        team = task.spec.team
+        self.busy[team] = self.busy.get(team, 0) + task.held
+        assert task.running_job is not None
+        self.accrue(task.assoc, task.running_job.billing_gpus)
+
+    def left_running(self, task: Task) -> None:
+        del self.running[task.spec.job_id]
+        i = bisect_left(self.ends, (task.end_at, task.spec.job_id))
+        del self.ends[i]
+        self.busy[task.spec.team] -= task.held
+        assert task.running_job is not None
+        self.accrue(task.assoc, -task.running_job.billing_gpus)
+
+    def accrue(self, assoc: tuple[str, str], rate_delta: float) -> None:
+        total, rate, at = self.usage.get(assoc, (0.0, 0.0, self.now))
+        self.usage[assoc] = (total + rate * (self.now - at), rate + rate_delta, self.now)
+
+    def used(self, assoc: tuple[str, str], t: float) -> float:
+        """Billing GPU-seconds the association has run up to ``t`` (>= the last change)."""
+        total, rate, at = self.usage.get(assoc, (0.0, 0.0, t))
+        return total + rate * (t - at)
+
+    def preemption_ledger(self) -> PreemptionLedger:
+        return PreemptionLedger(last_requeue=dict(self.last_requeue),
+                                recent=list(self.recent_requeues))
+
+
+def _key(task: Task) -> Key:
+    return task.key
+
+
+# ---------------------------------------------------------------------- value builders
+
+
+def billing_weight(cfg: Config, gpu_type: str | None) -> float:
+    """A type's weight; an untyped pending job is billed at the top weight (as the daemon
+    bills a pending job that accepts any type: ``views.job_billing_gpus``)."""
+    if gpu_type is not None:
+        got = cfg.gpu_types.get(gpu_type)
+        return got.billing_weight if got is not None else 1.0
+    return max((t.billing_weight for t in cfg.gpu_types.values()), default=1.0)
+
+
+def new_task(cfg: Config, cluster: Cluster, job: SimJob) -> Task:
+    qos = ALLOC_QOS if job.min_runtime_s > 0 else FREE_QOS
+    return Task(spec=job, types=cluster.types_for(job.gpu_type), qos=qos,
+                billing_pending=job.gpus * billing_weight(cfg, job.gpu_type),
+                pending_job=PendingJob(job_id=job.job_id, account=job.team, user=job.user,
+                                       qos=qos, nice=0),
+                remaining=job.duration_s, pend_since=job.submit_s)
+
+
+def pending_footprint(st: SimState, task: Task) -> Footprint:
+    job = task.spec
+    return Footprint(job_id=job.job_id, account=job.team, user=job.user,
+                     billing_gpus=task.billing_pending, allocated=task.qos == ALLOC_QOS,
+                     pending_from=st.stamp(task.pend_since), run_from=None, until=None)
+
+
+def running_job(st: SimState, task: Task) -> RunningJob:
+    job = task.spec
+    names = tuple(st.cluster.names[n] for n, _ in task.alloc)
+    gpu_type = st.cluster.type_names[st.cluster.type_of[task.alloc[0][0]]]
+    return RunningJob(
+        job_id=job.job_id, name=f"job{job.job_id}", account=job.team, user=job.user,
+        qos=task.qos, gpus=job.gpus, gpu_type=gpu_type,
+        billing_gpus=job.gpus * billing_weight(st.cfg, gpu_type), nodes=names,
+        start=st.stamp(task.run_start), time_min_s=int(job.min_runtime_s),
+        requeue=job.resumable, batch=True)
+
+
+def running_footprint(st: SimState, task: Task, until: float | None = None) -> Footprint:
+    job = task.spec
+    assert task.running_job is not None
+    return Footprint(job_id=job.job_id, account=job.team, user=job.user,
+                     billing_gpus=task.running_job.billing_gpus,
+                     allocated=task.qos == ALLOC_QOS, pending_from=st.stamp(task.pend_since),
+                     run_from=st.stamp(task.run_start),
+                     until=None if until is None else st.stamp(until))
+
+
+def waiting_jobs(st: SimState) -> list[WaitingJob]:
+    """The pending queue as the contracts see it, in scheduling order."""
+    out = []
+    for order, task in enumerate(st.pending):
+        job = task.spec
+        out.append(WaitingJob(
+            job_id=job.job_id, account=job.team, user=job.user, qos=task.qos, gpus=job.gpus,
+            gpu_types=frozenset() if job.gpu_type is None else frozenset({job.gpu_type}),
+            billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
+            reason="Resources", order=order))
+    return out
+
+
+def free_gpus(st: SimState) -> dict[str, int]:
+    """Idle GPUs per type (every simulated node is up)."""
+    c = st.cluster
+    return {name: c.free_by_type[i] for i, name in enumerate(c.type_names) if c.type_total[i]}
+
+
+def positions(fair: FairShare, running: list[RunningJob]) -> dict[str, AllocationPosition]:
+    """Each project's position for the contracts: as ``daemon.plan.positions`` builds it
+    (the simulator may not import the daemon; ``test_sim_same_code`` holds them equal)."""
+    load: dict[str, float] = {}
+    for r in running:
+        if r.qos == ALLOC_QOS:
+            load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
+    return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
+                                          ratio=s.ratio,
+                                          running_billing_gpus=load.get(s.account, 0.0))
+            for s in fair.standings if s.kind == "project"}
+
+
+def team_weights(cfg: Config) -> dict[str, float]:
+    """Each project's budget share of the cluster (the fraction it is owed when all ask)."""
+    tree = flatten(cfg.budgets)
+    return {tree.accounts[n]: tree.budget_shares[n] for n, kind in enumerate(tree.kinds)
+            if kind == "project"}

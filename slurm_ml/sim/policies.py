@@ -1,0 +1,240 @@
+"""The policies compared: each orders the pending queue; ``budget`` also requeues.
+
+All of them run on the same engine and the same backfill; they differ only in the
+order they give the queue (and, for ``budget``, in the requeues of the contracts):
+
+- ``fifo``: submit time.
+- ``slurm-fairshare``: Slurm's multifactor priority with Fair Tree: usage decayed with a
+  half-life, fairshare factor = Fair Tree rank / number of associations (weighted
+  large) plus the age factor (weighted small), recomputed every cycle (Slurm's
+  PriorityCalcPeriod); the Fair Tree ranking is ``policy.fairshare_tree``'s.
+- ``budget``: ours, by calling the production policy every cycle: ``fair_share`` on the
+  window's footprints, ``site_factors``, QOS alloc above free, then ``plan_requeues``.
+- ``budget-nocontract``: the same order, never a requeue.
+
+The policy modules are called through their module attributes (``fairshare.fair_share``,
+not a name bound at import), so that what the daemon runs is what runs here, even
+when a test swaps a function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slurm_ml.config import ContractsConfig
+from slurm_ml.model import ALLOC_QOS
+from slurm_ml.policy import contracts, fairshare, fairshare_tree
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger, Requeue
+from slurm_ml.policy.fairshare import FairShare
+from slurm_ml.sim import engine_state as es
+from slurm_ml.sim.engine_state import Key, SimState, Task
+
+FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT = (
+    "fifo", "slurm-fairshare", "budget", "budget-nocontract")
+POLICIES = (FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one cycle of a budget policy decided, and on what (for tests and reports)."""
+
+    now: int  # epoch seconds, as the policies saw it
+    fair: FairShare
+    site_factors: dict[int, int]
+    waiting: tuple[WaitingJob, ...]  # the queue in the order used, before requeues
+    running: tuple[RunningJob, ...]
+    positions: dict[str, AllocationPosition]
+    ledger: PreemptionLedger
+    free_gpus: dict[str, int]
+    requeues: tuple[Requeue, ...] = ()
+
+
+@dataclass(slots=True)
+class CycleOutcome:
+    """A policy cycle: its fair share (if it computed one), requeues, and details."""
+
+    fair: FairShare | None = None
+    requeues: list[Requeue] = field(default_factory=list)
+    decision: Decision | None = None
+    reordered: bool = True  # keys changed: the engine re-sorts the queue
+
+
+class Policy:
+    """Orders the queue. ``key`` is for a job entering it between cycles; ``cycle``
+    re-keys every pending job (the engine re-sorts) and may ask for requeues."""
+
+    name = ""
+
+    def key(self, st: SimState, task: Task) -> Key:
+        raise NotImplementedError
+
+    def cycle(self, st: SimState) -> CycleOutcome:
+        for task in st.pending:
+            task.key = self.key(st, task)
+        return CycleOutcome()
+
+
+class Fifo(Policy):
+    name = FIFO
+
+    def key(self, st: SimState, task: Task) -> Key:
+        return (task.spec.submit_s, task.spec.job_id)
+
+    def cycle(self, st: SimState) -> CycleOutcome:
+        return CycleOutcome(reordered=False)  # submit times do not change
+
+
+class SlurmFairshare(Policy):
+    """Slurm's priority/multifactor with PriorityFlags=FAIR_TREE (Slurm's default)."""
+
+    name = SLURM_FAIRSHARE
+
+    def __init__(self, st: SimState) -> None:
+        self.decayed: dict[tuple[str, str], float] = {}  # billing GPU-seconds, decayed
+        self.seen: dict[tuple[str, str], float] = {}  # used() at the last cycle
+        self.last_t: float | None = None
+        self.factor: dict[tuple[str, str], float] = {}
+
+    def key(self, st: SimState, task: Task) -> Key:
+        s = st.settings
+        age = min(1.0, max(0.0, st.now - task.pend_since) / s.max_age_s)
+        priority = math.floor(s.weight_fairshare * self.factor.get(task.assoc, 0.0)
+                              + s.weight_age * age)
+        return (-priority, task.spec.submit_s, task.spec.job_id)
+
+    def cycle(self, st: SimState) -> CycleOutcome:
+        self._decay(st)
+        tree = st.tree
+        usage = [0.0] * len(tree.kinds)
+        for assoc, used in self.decayed.items():
+            leaf = tree.leaf_of.get(assoc)
+            if leaf is not None:
+                usage[leaf] = used
+        for node in range(len(usage) - 1, 0, -1):
+            usage[tree.parents[node]] += usage[node]
+        lfs = fairshare_tree.level_fs(tree, usage)
+        groups = fairshare_tree.fair_tree_order(tree, lfs)
+        users = sum(len(g) for g in groups)
+        factor: dict[tuple[str, str], float] = {}
+        ahead = 0
+        for group in groups:  # Slurm: tied users share the higher rank; rank / users
+            rank = users - ahead
+            for leaf in group:
+                factor[tree.assoc_at[leaf]] = rank / users
+            ahead += len(group)
+        self.factor = factor
+        s = st.settings
+        w_fs, w_age, max_age, now = s.weight_fairshare, s.weight_age, s.max_age_s, st.now
+        for task in st.pending:  # key(), inlined: every pending job, every cycle
+            age = (now - task.pend_since) / max_age
+            priority = math.floor(w_fs * factor.get(task.assoc, 0.0)
+                                  + w_age * (1.0 if age > 1.0 else age if age > 0.0 else 0.0))
+            task.key = (-priority, task.spec.submit_s, task.spec.job_id)
+        return CycleOutcome()
+
+    def _decay(self, st: SimState) -> None:
+        """usage = usage x 2^(-elapsed / half-life) + the period's new usage (Slurm's
+        decay thread: old usage decays, the period's run time is added undecayed)."""
+        t = st.now
+        decay = 1.0 if self.last_t is None else 0.5 ** ((t - self.last_t) / st.settings.half_life_s)
+        self.last_t = t
+        for assoc in set(self.decayed) | set(st.usage):
+            used = st.used(assoc, t)
+            new = used - self.seen.get(assoc, 0.0)
+            self.seen[assoc] = used
+            self.decayed[assoc] = self.decayed.get(assoc, 0.0) * decay + new
+
+
+class Budget(Policy):
+    """Ours: the daemon's cycle (fair share, SiteFactor, contracts) on the simulated state."""
+
+    def __init__(self, st: SimState, *, contract: bool) -> None:
+        self.name = BUDGET if contract else BUDGET_NOCONTRACT
+        self.contract = contract
+        self.account_band: dict[str, int] = {}  # SiteFactor admission gives a new job
+
+    def key(self, st: SimState, task: Task) -> Key:
+        """Between cycles a new job has the SiteFactor admission gave it: its account's
+        standing from the last cycle (submitd's ``AccountStanding.site_factor``), else 0."""
+        return self._key(task, self.account_band.get(task.spec.team, 0))
+
+    @staticmethod
+    def _key(task: Task, site_factor: int) -> Key:
+        tier = 0 if task.qos == ALLOC_QOS else 1  # PriorityWeightQOS: alloc above any band
+        return (tier, -site_factor, task.pend_since, task.spec.job_id)
+
+    def cycle(self, st: SimState) -> CycleOutcome:
+        cfg = st.cfg
+        now = st.stamp(st.now)
+        fair = fairshare.fair_share(cfg, st.ledger, now, st.pending_assocs.keys(),
+                                    capacity=st.capacity)
+        factors = fairshare.site_factors(fair, (t.pending_job for t in st.pending),
+                                         cfg.policy.fairshare)
+        for task in st.pending:
+            task.key = self._key(task, factors.get(task.spec.job_id, 0))
+        st.pending.sort(key=_key)
+        self.account_band = {s.account: s.site_factor for s in fair.standings
+                             if s.kind == "project" and s.site_factor is not None}
+        if not self.contract:
+            return CycleOutcome(fair=fair)
+        running = [t.running_job for t in st.running.values() if t.running_job is not None]
+        waiting = es.waiting_jobs(st)
+        pos = es.positions(fair, running)
+        ledger = st.preemption_ledger()
+        free = es.free_gpus(st)
+        victims, starved = narrow(now, running, waiting, pos, ledger, free, cfg.policy.contracts)
+        requeues = contracts.plan_requeues(now, victims, starved, pos, ledger, free,
+                                           st.cluster.total, cfg.policy.contracts)
+        decision = Decision(now=now, fair=fair, site_factors=factors, waiting=tuple(waiting),
+                            running=tuple(running), positions=pos, ledger=ledger,
+                            free_gpus=free, requeues=tuple(requeues))
+        return CycleOutcome(fair=fair, requeues=requeues, decision=decision)
+
+
+def _key(task: Task) -> Key:
+    return task.key
+
+
+#: An allocation no real one can be more deserving than: nothing delivered, nothing running.
+_PROBE = "\0probe"
+
+
+def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917
+           positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
+           free: dict[str, int], cfg: ContractsConfig,
+           ) -> tuple[list[RunningJob], list[WaitingJob]]:
+    """The running jobs that could be requeued for someone and the waiting jobs that
+    could ask, so that ``plan_requeues`` (which tries every victim for every starved
+    job) gets the same answer from fewer of each. Both filters are the contracts' own:
+
+    - a waiting job not starved now (``is_starved``) never becomes starved during the
+      plan: its ratio does not change and free GPUs only grow;
+    - a running job blocked (``victim_blocker``) even for the most deserving possible
+      preemptor (an allocation with ratio 0 and nothing running, needing no GPUs, of
+      any type) is blocked for every real one: the gap and the loop-free rule only get
+      harder, and the other reasons do not depend on the preemptor.
+    """
+    starved = [w for w in waiting if w.qos == ALLOC_QOS
+               and contracts.is_starved(now, w, positions.get(w.account), free, cfg)]
+    if not starved:
+        return [], []
+    probe = WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
+                       gpu_types=frozenset(), billing_gpus=0.0, submit=now, reason="Resources",
+                       order=-1)
+    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
+    victims = [r for r in running
+               if contracts.victim_blocker(now, r, probe, positions=with_probe, ledger=ledger,
+                                           cfg=cfg) is None]
+    return victims, starved
+
+
+def make_policy(name: str, st: SimState) -> Policy:
+    if name == FIFO:
+        return Fifo()
+    if name == SLURM_FAIRSHARE:
+        return SlurmFairshare(st)
+    if name in (BUDGET, BUDGET_NOCONTRACT):
+        return Budget(st, contract=name == BUDGET)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
