@@ -547,6 +547,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         run_demo,
         run_health_demo,
         run_reconciler_demo,
+        run_sim_demo,
     )
     from slurm_ml.slurm.client import CliSlurm
     from slurm_ml.slurm.parse import parse_oneliner
@@ -574,6 +575,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(cluster.config_path)}
         health_steps = run_health_demo(cluster.cfg, cluster.layout, env, say)
         reconciler_steps = run_reconciler_demo(env, say)
+        sim_steps = run_sim_demo(env, say, str(cluster.layout.root / "sim-report"))
     except _devcluster_errors() as exc:
         _fail(str(exc))
     status = cluster.status()
@@ -583,6 +585,7 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
                                "jobs": [asdict(j) for j in jobs],
                                "health": [asdict(st) for st in health_steps],
                                "reconciler": [asdict(st) for st in reconciler_steps],
+                               "simulator": [asdict(st) for st in sim_steps],
                                "status": status},
                               indent=2, default=str))
         return
@@ -602,11 +605,15 @@ def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: boo
         click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
         for line in st.output.splitlines():
             click.echo(f"  | {line}")
-    click.echo("\n== reconciler: budgets, fair share and what operators see ==")
-    for n, st in enumerate(reconciler_steps, 1):
-        click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
-        for line in st.output.splitlines():
-            click.echo(f"  | {line}")
+    for heading, steps in (("reconciler: budgets, fair share and what operators see",
+                            reconciler_steps),
+                           ("simulator: a policy change tried on a real trace first",
+                            sim_steps)):
+        click.echo(f"\n== {heading} ==")
+        for n, st in enumerate(steps, 1):
+            click.echo(f"\n{n}. {st.title}\n  $ {st.command}")
+            for line in st.output.splitlines():
+                click.echo(f"  | {line}")
     click.echo("")
     daemons = ", ".join(f"{k}={'up' if v['running'] else 'DOWN'}"
                         for k, v in status["processes"].items() if not k.startswith("slurmd-"))
@@ -738,8 +745,10 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
         sys.exit(EXIT_FAILED)
 
 
-# The reconciler's commands live in their own module; importing it registers them.
+# The reconciler's and the simulator's commands live in their own modules; importing
+# them registers them.
 from slurm_ml.cli import reconciler as _reconciler  # noqa: E402
+from slurm_ml.cli import simulate as _simulate  # noqa: E402
 
 __all__ = ["main"]
-assert _reconciler  # registered for its side effect
+assert _reconciler and _simulate  # registered for their side effect

@@ -1,0 +1,53 @@
+"""``slurm-ml sim`` end to end on the real 60-job Tiresias sample: policies side by side,
+JSON, the report, and bad input as exit 2 with the reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_ml.cli import main
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(main, ["sim", *argv])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_two_policies_side_by_side_as_json() -> None:
+    code, out, err = run("--trace", "tiresias", "--gpus", "16", "--policy", "fifo",
+                         "--policy", "budget", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [p["policy"] for p in data["policies"]] == ["fifo", "budget"]
+    assert data["scenario"]["jobs"] == 60 and data["scenario"]["gpus"] == 16
+    assert all(p["jobs"] == 60 for p in data["policies"])
+    assert all(len(p["targets"]) == 4 for p in data["policies"])  # the issue's outcome targets
+    assert "simulating 60 jobs" in err
+
+
+def test_text_table_and_report(tmp_path: Path) -> None:
+    code, out, err = run("--trace", "tiresias", "--gpus", "16", "--policy", "fifo",
+                         "--report", str(tmp_path / "rep"))
+    assert code == 0, err
+    assert "fifo" in out.splitlines()[0] and "occupancy" in out
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert (tmp_path / "rep" / "index.html").exists()
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--trace", "nosuch"], "unknown kind 'nosuch'"),
+    (["--trace", "tiresias:/no/such/file.csv", "--gpus", "8"], "/no/such/file.csv"),
+    (["--trace", "tiresias"], "not a Philly VC trace"),
+    (["--trace", "pollux"], "no run-time column"),
+    (["--trace", "tiresias", "--gpus", "8", "--scale", "2", "--demand", "2"], "not both"),
+    (["--trace", "tiresias", "--gpus", "8", "--start-hours", "1000", "--hours", "1"],
+     "no jobs"),
+], ids=["unknown-kind", "missing-file", "no-cluster-size", "pollux-needs-durations",
+        "scale-and-demand", "empty-slice"])
+def test_bad_input_is_exit_2_with_the_reason(argv: list[str], needle: str) -> None:
+    code, _out, err = run(*argv)
+    assert code == 2 and needle in err, err
