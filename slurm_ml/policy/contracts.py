@@ -175,7 +175,7 @@ def is_starved(now: int, job: WaitingJob, pos: AllocationPosition | None,
     if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
         return False
     ratio = effective_ratio(pos)
-    if ratio is None or ratio >= 1:
+    if ratio is None or ratio >= 1 - _EPS:  # exactly served, up to float noise
         return False
     if now - job.submit < cfg.preempt_after_wait_s or not starving_reason(job.reason):
         return False
@@ -204,7 +204,7 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     if vpos is None or ppos is None or vpos.account == ppos.account:
         return "no budget position"
     v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
-    if v_ratio is None or v_ratio <= 1:
+    if v_ratio is None or v_ratio <= 1 + _EPS:  # 1.0000000000000002 is served, not over
         return "its allocation is not over-served"
     if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
         return "delivered/owed gap below preempt_min_gap"

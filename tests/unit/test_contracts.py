@@ -555,3 +555,24 @@ def test_every_requeue_keeps_the_contract(
         assert NOW - ledger.last_requeue.get(victim.job_id, NOW - 10 * H) >= H
         v_ratio = pos_map[rq.victim_account].ratio
         assert v_ratio is not None and v_ratio > 1
+
+
+def test_float_noise_around_one_is_neither_over_nor_under_served() -> None:
+    from slurm_ml.policy.contracts import AllocationPosition, is_starved, plan_requeues
+
+    noisy_over = AllocationPosition(account="a", budget_share=0.5, ratio=1.0000000000000002,
+                                    running_billing_gpus=8.0)
+    noisy_under = AllocationPosition(account="b", budget_share=0.5, ratio=0.9999999999999998,
+                                     running_billing_gpus=0.0)
+    job = WaitingJob(job_id=9, account="b", user="u", qos=ALLOC_QOS, gpus=8,
+                     gpu_types=frozenset(), billing_gpus=8.0, submit=0, reason="Resources",
+                     order=0)
+    cfg = ContractsConfig(preempt_after_wait_s=0, preempt_min_gap=0.0, preempt_cap_fraction=1.0)
+    assert not is_starved(10_000, job, noisy_under, {}, cfg)
+    victim = RunningJob(job_id=1, name="j", account="a", user="v", qos=ALLOC_QOS, gpus=8,
+                        gpu_type="a100", billing_gpus=8.0, nodes=("n1",), start=0,
+                        time_min_s=60, requeue=True, batch=True)
+    under = replace(noisy_under, ratio=0.2)
+    plans = plan_requeues(10_000, [victim], [job], {"a": noisy_over, "b": under},
+                          PreemptionLedger(last_requeue={}, recent=[]), {}, 16, cfg)
+    assert plans == []  # "a" is served, not over-served: nothing is taken from it
