@@ -5,9 +5,12 @@ daemon once a minute, too slow for the simulator, which asks every few simulated
 over weeks of jobs. A :class:`FootprintLedger` holds the same footprints, but also keeps,
 per association, the GPUs running (alloc and free) and the GPUs asked for (alloc
 demand) as step functions of time with their running integrals. A window's usage is then
-two look-ups per association and its demand one look-up per bucket edge, whatever the
-number of jobs. ``fair_share`` takes a ledger wherever it takes footprints and gives the
-same standings (up to float rounding: sums are taken in another order).
+two look-ups per association, whatever the number of jobs; its demand per bucket is
+reused from the last window of the same bucket phase (the window slides by whole cycles,
+so closed buckets come back) and only the buckets after the last change are integrated.
+``fair_share`` takes a ledger wherever it takes footprints and gives the same standings
+up to float rounding (sums are taken in another order; ``test_fairshare_ledger``
+compares them on random jobs).
 
 Changes are cheap when they happen "now" (appended step points): a job arriving,
 starting, ending or being requeued. A change in the past is also exact, it only costs a

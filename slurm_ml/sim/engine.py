@@ -81,11 +81,13 @@ class Engine:
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int, int]] = []  # (at, seq, job id, run_no)
         self._seq = 0
-        self._cycle = 0
+        first = self._arrivals[0].spec.submit_s if self._arrivals else 0.0
+        self._cycle = math.floor(first / settings.cycle_s)  # the clock starts by the first job
+        self._start_s = self._cycle * settings.cycle_s
+        self.st.now = self._start_s
         self._samples: list[CycleSample] = []
         self._pruned_at = 0.0
         self._wall = 0.0
-        self._done = False
 
     # ------------------------------------------------------------------ the loop
 
@@ -95,8 +97,9 @@ class Engine:
         st, s = self.st, self.st.settings
         last_submit = self._arrivals[-1].spec.submit_s if self._arrivals else 0.0
         horizon = s.end_s if s.end_s is not None else last_submit
-        step = horizon / _PROGRESS_CALLS if horizon > 0 else math.inf
-        mark = step
+        origin = self._start_s
+        step = (horizon - origin) / _PROGRESS_CALLS if horizon > origin else math.inf
+        mark = origin + step
         began = time.perf_counter()
         try:
             while True:
@@ -114,10 +117,11 @@ class Engine:
                     self.sched.run()
                 if progress is not None and t >= mark:
                     progress(t, horizon)
-                    mark = (math.floor(t / step) + 1) * step
+                    mark = origin + (math.floor((t - origin) / step) + 1) * step
+                    if mark > horizon + step / 2:  # past the estimate: only the last call
+                        mark = math.inf
         finally:
             self._wall += time.perf_counter() - began
-        self._done = True
         if progress is not None:
             progress(st.now, horizon)
 
@@ -269,9 +273,8 @@ class Engine:
                        run_s=t.run_s + (st.now - t.run_start if t.state == RUNNING else 0.0),
                        requeues=t.requeues, lost_gpu_s=t.lost_gpu_s)
             for t in st.tasks)
-        start = min((t.spec.submit_s for t in st.tasks), default=0.0)
         return SimResult(policy=self.policy.name, cluster_gpus=st.cluster.total,
-                         start_s=min(0.0, start), end_s=st.now, jobs=outcomes,
+                         start_s=self._start_s, end_s=st.now, jobs=outcomes,
                          samples=tuple(self._samples), team_weights=es.team_weights(st.cfg),
                          wall_s=self._wall, preemptions=st.preemptions)
 

@@ -19,8 +19,7 @@ def fragmented_gpus(st: SimState) -> int:
         return 0
     one_node: dict[int, int] = {}
     gangs: dict[int, int] = {}
-    shapes = {(t.spec.gpus, t.types) for t in st.pending}
-    for gpus, types in shapes:
+    for gpus, types in st.pending_shapes:
         if cluster.one_node(gpus, types):
             for t in types:
                 if gpus < one_node.get(t, 1 << 30):

@@ -52,7 +52,7 @@ class Scheduler:
         fit_off: dict[tuple[int, ...], int] = {}  # ... off the reserved nodes
         started: list[int] = []
         dead = 0  # type sets of which not even one GPU fits: once all are, stop
-        kinds = len(st.pending_types)
+        kinds = len({types for _, types in st.pending_shapes})
         for i, task in enumerate(st.pending):
             if cluster.free_total == 0 or dead == kinds:
                 break

@@ -99,7 +99,8 @@ class SimState:
     last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
     recent_requeues: list[tuple[int, int]] = field(default_factory=list)  # (epoch, GPUs)
     pending_assocs: dict[tuple[str, str], int] = field(default_factory=dict)  # -> jobs
-    pending_types: dict[tuple[int, ...], int] = field(default_factory=dict)  # types -> jobs
+    #: (GPUs, types) -> pending jobs of that shape
+    pending_shapes: dict[tuple[int, tuple[int, ...]], int] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)  # team -> GPUs held
     waiting: dict[str, int] = field(default_factory=dict)  # team -> GPUs pending
     #: billing GPU-seconds run per association, as (total up to ``at``, rate, at)
@@ -116,7 +117,8 @@ class SimState:
         insort(self.pending, task, key=_key)
         a = task.assoc
         self.pending_assocs[a] = self.pending_assocs.get(a, 0) + 1
-        self.pending_types[task.types] = self.pending_types.get(task.types, 0) + 1
+        shape = (task.spec.gpus, task.types)
+        self.pending_shapes[shape] = self.pending_shapes.get(shape, 0) + 1
         team = task.spec.team
         self.waiting[team] = self.waiting.get(team, 0) + task.spec.gpus
 
@@ -128,11 +130,12 @@ class SimState:
             self.pending_assocs[a] = left
         else:
             del self.pending_assocs[a]
-        left = self.pending_types[task.types] - 1
+        shape = (task.spec.gpus, task.types)
+        left = self.pending_shapes[shape] - 1
         if left:
-            self.pending_types[task.types] = left
+            self.pending_shapes[shape] = left
         else:
-            del self.pending_types[task.types]
+            del self.pending_shapes[shape]
         team = task.spec.team
         self.waiting[team] -= task.spec.gpus
 

@@ -184,7 +184,7 @@ class Budget(Policy):
         pos = es.positions(fair, running)
         ledger = st.preemption_ledger()
         free = es.free_gpus(st)
-        victims, starved = narrow(now, running, waiting, pos, ledger, free, cfg.policy.contracts)
+        victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger, free,
                                            st.cluster.total, cfg.policy.contracts)
         decision = Decision(now=now, fair=fair, site_factors=factors, waiting=tuple(waiting),
@@ -203,21 +203,21 @@ _PROBE = "\0probe"
 
 def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917
            positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
-           free: dict[str, int], cfg: ContractsConfig,
-           ) -> tuple[list[RunningJob], list[WaitingJob]]:
+           cfg: ContractsConfig) -> tuple[list[RunningJob], list[WaitingJob]]:
     """The running jobs that could be requeued for someone and the waiting jobs that
     could ask, so that ``plan_requeues`` (which tries every victim for every starved
     job) gets the same answer from fewer of each. Both filters are the contracts' own:
 
-    - a waiting job not starved now (``is_starved``) never becomes starved during the
-      plan: its ratio does not change and free GPUs only grow;
+    - a waiting job that is not starved even with no GPU free (``is_starved`` with
+      nothing free) never becomes starved during the plan: its ratio, wait and reason
+      do not change there, only the free GPUs do;
     - a running job blocked (``victim_blocker``) even for the most deserving possible
       preemptor (an allocation with ratio 0 and nothing running, needing no GPUs, of
       any type) is blocked for every real one: the gap and the loop-free rule only get
       harder, and the other reasons do not depend on the preemptor.
     """
-    starved = [w for w in waiting if w.qos == ALLOC_QOS
-               and contracts.is_starved(now, w, positions.get(w.account), free, cfg)]
+    starved = [w for w in waiting
+               if contracts.is_starved(now, w, positions.get(w.account), {}, cfg)]
     if not starved:
         return [], []
     probe = WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
@@ -227,7 +227,7 @@ def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # no
     victims = [r for r in running
                if contracts.victim_blocker(now, r, probe, positions=with_probe, ledger=ledger,
                                            cfg=cfg) is None]
-    return victims, starved
+    return victims, starved if victims else []
 
 
 def make_policy(name: str, st: SimState) -> Policy:

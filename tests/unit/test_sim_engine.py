@@ -284,6 +284,18 @@ def test_progress_is_reported_about_a_hundred_times() -> None:
     assert calls[-1][1] == 199_900
 
 
+def test_the_clock_starts_by_the_first_job() -> None:
+    """A trace whose times are not rebased (epoch seconds) does not simulate the years
+    before its first job."""
+    cfg = cfg_with(ONE_NODE)
+    calls: list[float] = []
+    result = simulate(cfg, [job(1, "a", 1_500_000_123, 4, 1000)], "budget",
+                      progress=lambda t, end: calls.append(t))
+    assert result.start_s == 1_500_000_000 - 1_500_000_000 % 300
+    assert runs(result) == {1: (1_500_000_123, 1_500_001_123)}
+    assert len(result.samples) == 4 and len(calls) <= 3
+
+
 @pytest.mark.parametrize("policy", ["fifo", "slurm-fairshare", "budget", "budget-nocontract"])
 def test_runs_are_deterministic(policy: str) -> None:
     cfg = cfg_with(LEAVES, {"a": 2.0, "b": 1.0, "c": 1.0}, preempt_cap_fraction=0.5,

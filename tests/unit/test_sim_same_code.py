@@ -22,6 +22,8 @@ from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import ALLOC_QOS, GpuRequest, Job, JobState, JobUsage
 from slurm_ml.policy import contracts, fairshare
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger
 from slurm_ml.sim import policies
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
@@ -84,6 +86,30 @@ def test_narrowing_the_contract_inputs_changes_no_decision(
     whole = simulate(cfg, jobs, "budget", settings=SETTINGS)
     assert narrowed.preemptions > 0
     assert (narrowed.jobs, narrowed.samples) == (whole.jobs, whole.samples)
+
+
+def test_narrowing_keeps_a_job_that_starves_only_once_the_free_gpus_are_promised() -> None:
+    """y's 4-GPU job takes the 2 free GPUs and one requeue; then y's 1-GPU job, which had
+    free GPUs when the plan began, is starved too and gets a requeue of its own."""
+    now = 1_700_000_000
+    cfg = dataclasses.replace(contract_cfg().policy.contracts, preempt_cap_fraction=1.0,
+                              preempt_after_wait_s=0.0)
+    running = [RunningJob(job_id=i, name=f"r{i}", account="x", user="ux", qos=ALLOC_QOS,
+                          gpus=2, gpu_type="t", billing_gpus=2.0, nodes=(f"n{i}",),
+                          start=now - 7200 - i, time_min_s=600, requeue=True, batch=True)
+               for i in range(1, 9)]
+    waiting = [WaitingJob(job_id=100 + n, account="y", user="uy", qos=ALLOC_QOS, gpus=gpus,
+                          gpu_types=frozenset(), billing_gpus=float(gpus), submit=now - 3600,
+                          reason="Resources", order=n) for n, gpus in enumerate((4, 1))]
+    positions = {"x": AllocationPosition("x", 0.5, 2.0, 16.0),
+                 "y": AllocationPosition("y", 0.5, 0.0, 0.0)}
+    ledger = PreemptionLedger(last_requeue={}, recent=[])
+    free = {"t": 2}
+    whole = contracts.plan_requeues(now, running, waiting, positions, ledger, free, 18, cfg)
+    assert [(r.victim, r.for_job) for r in whole] == [(1, 100), (2, 101)]
+    victims, starved = policies.narrow(now, running, waiting, positions, ledger, cfg)
+    assert contracts.plan_requeues(now, victims, starved, positions, ledger, free, 18,
+                                   cfg) == whole
 
 
 # --------------------------------------------------------------------------- (b)
