@@ -15,9 +15,8 @@ from typing import Any
 from slurm_ml.config import Config
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
-from slurm_ml.model import ALLOC_QOS, JobState
-from slurm_ml.policy.cluster_jobs import RunningJob
-from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger, plan_requeues
+from slurm_ml.model import JobState
+from slurm_ml.policy.contracts import PreemptionLedger, allocation_positions, plan_requeues
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
 from slurm_ml.policy.reclaim import orphan_drains, stuck_completing, zombie_verdicts
 from slurm_ml.store.records import BudgetSnapshot, Decision, derive_key
@@ -80,17 +79,6 @@ def warned_at(history: Sequence[Decision]) -> dict[int, int]:
         if d.kind == "zombie_warn" and d.job_id is not None:
             out[d.job_id] = max(out.get(d.job_id, 0), _epoch(d.decided_at))
     return out
-
-
-def positions(fair: FairShare, running: Sequence[RunningJob]) -> dict[str, AllocationPosition]:
-    load: dict[str, float] = {}
-    for r in running:
-        if r.qos == ALLOC_QOS:
-            load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
-    return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
-                                          ratio=s.ratio,
-                                          running_billing_gpus=load.get(s.account, 0.0))
-            for s in fair.standings if s.kind == "project"}
 
 
 def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
@@ -161,7 +149,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")])
     requeues = plan_requeues(
-        now, candidates, views.waiting_jobs(cfg, jobs), positions(fair, running), book,
+        now, candidates, views.waiting_jobs(cfg, jobs), allocation_positions(fair, running), book,
         views.free_gpus(cfg, obs.nodes, running), views.total_gpus(cfg), cfg.policy.contracts)
     for rq in requeues:
         actions.append(Action(

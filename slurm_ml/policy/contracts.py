@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from slurm_ml.config import ContractsConfig
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.fairshare import FairShare
 
 #: Pending reasons (the text before any comma, spaces as underscores) that mean "would
 #: start if GPUs were free". Holds, dependencies, begin times, association/QOS limits,
@@ -308,3 +309,18 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
         state.free[best.gpu_type] = state.free.get(best.gpu_type, 0) + best.gpus - job.gpus
         state.budget_left -= best.gpus
     return out
+
+
+def allocation_positions(fair: FairShare, running: Sequence[RunningJob],
+                         ) -> dict[str, AllocationPosition]:
+    """Each project's position for the contracts: its budget share and window
+    delivered/owed from ``fair``, and the billing GPUs its alloc jobs hold now. The daemon
+    and the simulator both build positions here."""
+    load: dict[str, float] = {}
+    for r in running:
+        if r.qos == ALLOC_QOS:
+            load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
+    return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
+                                          ratio=s.ratio,
+                                          running_billing_gpus=load.get(s.account, 0.0))
+            for s in fair.standings if s.kind == "project"}

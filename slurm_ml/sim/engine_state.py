@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
-from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
-from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger, PendingJob
+from slurm_ml.policy.contracts import PreemptionLedger
+from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob
 from slurm_ml.policy.fairshare_tree import FlatTree, flatten
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.workload import SimJob
@@ -240,19 +240,6 @@ def free_gpus(st: SimState) -> dict[str, int]:
     """Idle GPUs per type (every simulated node is up)."""
     c = st.cluster
     return {name: c.free_by_type[i] for i, name in enumerate(c.type_names) if c.type_total[i]}
-
-
-def positions(fair: FairShare, running: list[RunningJob]) -> dict[str, AllocationPosition]:
-    """Each project's position for the contracts: as ``daemon.plan.positions`` builds it
-    (the simulator may not import the daemon; ``test_sim_same_code`` holds them equal)."""
-    load: dict[str, float] = {}
-    for r in running:
-        if r.qos == ALLOC_QOS:
-            load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
-    return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
-                                          ratio=s.ratio,
-                                          running_billing_gpus=load.get(s.account, 0.0))
-            for s in fair.standings if s.kind == "project"}
 
 
 def team_weights(cfg: Config) -> dict[str, float]:

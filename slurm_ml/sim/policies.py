@@ -26,7 +26,12 @@ from slurm_ml.config import ContractsConfig
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy import contracts, fairshare, fairshare_tree
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
-from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger, Requeue
+from slurm_ml.policy.contracts import (
+    AllocationPosition,
+    PreemptionLedger,
+    Requeue,
+    allocation_positions,
+)
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.sim import engine_state as es
 from slurm_ml.sim.engine_state import Key, SimState, Task
@@ -181,7 +186,7 @@ class Budget(Policy):
             return CycleOutcome(fair=fair)
         running = [t.running_job for t in st.running.values() if t.running_job is not None]
         waiting = es.waiting_jobs(st)
-        pos = es.positions(fair, running)
+        pos = allocation_positions(fair, running)
         ledger = st.preemption_ledger()
         free = es.free_gpus(st)
         victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)

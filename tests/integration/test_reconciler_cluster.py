@@ -96,7 +96,7 @@ def explain(cfg_path: Path) -> str:
     from slurm_ml.config import load_config
     from slurm_ml.daemon import views
     from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.plan import ledger, plan_cycle, positions
+    from slurm_ml.daemon.plan import ledger, plan_cycle
     from slurm_ml.policy import contracts
     from slurm_ml.slurm.client import CliSlurm
 
@@ -105,7 +105,7 @@ def explain(cfg_path: Path) -> str:
     obs = observe(cfg, CliSlurm(), None, now)
     plan = plan_cycle(cfg, obs)
     running = views.running_jobs(cfg, obs.jobs)
-    pos = positions(plan.fair, running)
+    pos = contracts.allocation_positions(plan.fair, running)
     free = views.free_gpus(cfg, obs.nodes, running)
     out = [f"free={free}", f"positions={pos}"]
     for w in views.waiting_jobs(cfg, obs.jobs):
