@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from slurm_ml.daemon.plan import Action, Plan
+from slurm_ml.model import JobState
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
@@ -168,17 +169,30 @@ class Applier:
             return
         # The decision row is what `why`, the requeue cooldown and the zombie grace read:
         # it says the action happened, so it follows the action, and comes before /done so
-        # that an action marked done always has its decision.
-        self.store.record_decision(_decision(plan, a, dry_run=False))
+        # that an action marked done always has its decision. A skipped action (the job
+        # ended meanwhile) has none.
+        if "skipped" not in result:
+            self.store.record_decision(_decision(plan, a, dry_run=False))
         self.store.audit(AuditEntry(
             idempotency_key=f"{a.key}/done", actor=ACTOR, action=a.decision, target=a.target,
             at=_at(plan.now), details={"phase": "done", "reason": a.reason, **result}))
+        if "skipped" in result:
+            report.already.append(a)
+            log.info("cycle=%d event=%s_skipped job=%s why=%s", plan.cycle, a.decision,
+                     a.job_id, result["skipped"])
+            return
         report.applied.append(a)
         log.info("cycle=%d event=%s job=%s node=%s reason=%s", plan.cycle, a.decision,
                  a.job_id, a.node, json.dumps(a.reason))
 
     def _do(self, a: Action) -> dict[str, object]:
         if a.kind == "requeue" and a.job_id is not None:
+            # Slurm also requeues a job that finished or is completing, and runs it again:
+            # check it still runs right before (a small race remains).
+            now = self.slurm.list_jobs(job_ids=[a.job_id])
+            if not any(j.state == JobState.RUNNING for j in now):
+                state = now[0].state.value if now else "gone"
+                return {"skipped": f"job no longer running ({state})"}
             self.slurm.requeue([a.job_id])
             self._tell(a)
         elif a.kind == "cancel" and a.job_id is not None:

@@ -111,7 +111,11 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     fair = current_fair_share(cfg, obs)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
-    changed = {job: v for job, v in targets.items() if current.get(job) != v}
+    # None: sprio does not list the job (held, dependency, begin time, a requeued job's
+    # restart delay); pushing it every cycle would change nothing visible. It is set in
+    # the first cycle sprio lists it.
+    changed = {job: v for job, v in targets.items()
+               if current.get(job) is not None and current.get(job) != v}
 
     actions: list[Action] = []
     if obs.runaway and cfg.policy.reclaim.fix_runaway:

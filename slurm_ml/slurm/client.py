@@ -87,8 +87,8 @@ class CliSlurm:
         return jobs
 
     def _fill_site_factor(self, jobs: list[Job]) -> list[Job]:
-        """22.05's squeue JSON lacks site_factor and nice: take both from sprio for pending
-        jobs."""
+        """squeue JSON lacks site_factor (22.05 and 24.11) and 22.05's lacks nice: take both
+        from sprio for the pending jobs it lists."""
         if all(j.site_factor is not None or j.state != JobState.PENDING for j in jobs):
             return jobs
         prio = parse.parse_sprio_site_nice(self.run(["sprio", "-h", "-o", "%i %S %N"]))

@@ -272,8 +272,12 @@ def json_number(value: Any) -> int | None:
 
 
 def _json_state(value: Any) -> str:
+    """24.11 lists a state and its flags (["CANCELLED", "COMPLETING"]): a job still
+    completing is COMPLETING, whatever it ended as (the daemon watches those)."""
     if isinstance(value, list):
-        return value[0] if value else ""
+        if "COMPLETING" in value:
+            return "COMPLETING"
+        return str(value[0]) if value else ""
     return str(value or "")
 
 

@@ -369,3 +369,22 @@ def test_a_deposed_leader_writes_no_snapshots() -> None:
     plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
     Applier(slurm, store, still_leader=lambda: False).apply(plan)
     assert store.latest_budget_snapshots() == []
+
+
+def test_a_job_that_ended_before_its_requeue_is_not_run_again() -> None:
+    slurm, store = world(), FakeStore()
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    slurm.completing(1, NOW)  # the job ended between the read and the requeue
+    report = Applier(slurm, store).apply(plan)
+    assert not report.applied and [a.job_id for a in report.already] == [1]
+    assert not [c for c in slurm.calls if c[:2] == ("scontrol", "requeue")]
+    assert store.decisions_for_job(1) == []
+
+
+def test_a_job_sprio_does_not_list_gets_no_site_factor_push() -> None:
+    from dataclasses import replace
+
+    slurm, store = world(), FakeStore()
+    slurm.jobs[20] = replace(slurm.jobs[20], site_factor=None)  # held: sprio skips it
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    assert 20 not in plan.changed and 21 in plan.changed
