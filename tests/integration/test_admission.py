@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.policy.admission import recorded_min_runtime_min
-from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import BudgetSnapshot, JobGpuStats, derive_key
 from slurm_ml.submitd.client import ask
@@ -63,20 +63,6 @@ def sbatch(user: str, *args: str, jobs: list[int] | None = None) -> proc.Result:
     return res
 
 
-def show(job_id: int) -> dict[str, str]:
-    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
-    return parse_oneliner(out.strip().splitlines()[0])
-
-
-def wait_state(job_id: int, states: set[str], timeout_s: float = 90) -> dict[str, str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        fields = show(job_id)
-        if fields["JobState"] in states:
-            return fields
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
-        time.sleep(1)
 
 
 def refresh(cluster: DevCluster) -> None:

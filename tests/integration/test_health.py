@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.config import load_config
@@ -27,7 +28,6 @@ from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.model import Node
 from slurm_ml.slurm.client import CliSlurm
-from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.integration
@@ -72,20 +72,6 @@ def owned_drains(cluster: DevCluster) -> set[str]:
     return {n for n, x in nodes(cluster).items() if x.drained and x.reason.startswith("slurm-ml:")}
 
 
-def show(job_id: int) -> dict[str, str]:
-    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
-    return parse_oneliner(out.strip().splitlines()[0])
-
-
-def wait_state(job_id: int, states: set[str], timeout_s: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        fields = show(job_id)
-        if fields["JobState"] in states:
-            return fields
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
-        time.sleep(1)
 
 
 def wait_idle(cluster: DevCluster, *names: str, timeout_s: float = 60) -> None:

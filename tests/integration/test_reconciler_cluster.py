@@ -26,9 +26,9 @@ import pytest
 import yaml
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
-from slurm_ml.slurm.parse import parse_oneliner
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import UtilSample, derive_key
 
@@ -50,20 +50,6 @@ def sbatch(user: str, account: str, *args: str) -> int:
     return int(res.stdout.strip().split(";")[0])
 
 
-def show(job_id: int) -> dict[str, str]:
-    out = proc.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
-    return parse_oneliner(out.strip().splitlines()[0])
-
-
-def wait_state(job_id: int, states: set[str], timeout_s: float = 120) -> dict[str, str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        fields = show(job_id)
-        if fields["JobState"] in states:
-            return fields
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
-        time.sleep(1)
 
 
 def sprio_site(job_ids: list[int]) -> dict[int, int]:
@@ -174,7 +160,7 @@ def workload(slurm_conf: str) -> Iterator[dict[str, int]]:
         ids["pinned"] = sbatch("alice", "llm-pretrain", "--gres=gpu:v100:4", "--no-requeue",
                                "--time-min=1", "--wrap", "sleep 900")
         for job in ids.values():
-            wait_state(job, {"RUNNING"})
+            wait_state(job, {"RUNNING"}, timeout_s=120)
         ids["started"] = int(time.time())
         yield ids
     finally:
@@ -194,7 +180,7 @@ def queued(workload: dict[str, int]) -> dict[str, int]:
            "vision_big": sbatch("dave", "detection", "--gres=gpu:a100_80g:8", "--wrap",
                                 "sleep 900")}
     for job in out.values():
-        fields = wait_state(job, {"PENDING"})
+        fields = wait_state(job, {"PENDING"}, timeout_s=120)
         assert fields["JobState"] == "PENDING"
     workload.update({f"queued_{k}": v for k, v in out.items()})
     return out
@@ -289,7 +275,7 @@ def _zombie_samples(dsn: str, job: int, node: str, minutes: int = 3) -> None:
 def test_zombie_is_warned_then_requeued(cfgs: dict[str, Path], dsn: str,
                                         workload: dict[str, int]) -> None:
     job = workload["zombie"]
-    fields = wait_state(job, {"RUNNING"})
+    fields = wait_state(job, {"RUNNING"}, timeout_s=120)
     _zombie_samples(dsn, job, fields["NodeList"])
 
     first = daemon(cfgs["act"], dsn)
