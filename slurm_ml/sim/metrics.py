@@ -38,11 +38,11 @@ Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_ml.policy.percentile import percentile_cont
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
 from slurm_ml.sim.workload import DEBUG, LARGE, SMALL
 
@@ -57,13 +57,7 @@ _EPS = 1e-9
 
 def percentile(values: Sequence[float], p: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default); None when empty."""
-    if not values:
-        return None
-    xs = sorted(values)
-    rank = p / 100.0 * (len(xs) - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+    return percentile_cont(values, p / 100.0) if values else None
 
 
 def _median(values: Sequence[float]) -> float | None:
