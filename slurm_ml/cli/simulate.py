@@ -53,14 +53,17 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
               help="Inject debug jobs (1 GPU, 10 min, 15-min protection) per team per hour.")
 @click.option("--cycle-s", type=float, default=None,
               help="Policy cycle in simulated seconds (default: the engine's).")
+@click.option("--partition-by-team", is_flag=True,
+              help="Each team runs only on its own nodes (Philly's VC quotas, sizes from "
+                   "philly_vc.csv); --gpus is then ignored. For calibration.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="Write report.json, index.html and PNG charts here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
 def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], start_hours: float,
             hours: float | None, gpus: int | None, scale: float | None, demand: float | None,
-            debug_rate: float, cycle_s: float | None, seed: int, report_dir: str | None,
-            as_json: bool) -> None:
+            debug_rate: float, cycle_s: float | None, partition_by_team: bool, seed: int,
+            report_dir: str | None, as_json: bool) -> None:
     """Replay a real trace through the same policy code the daemon and admission run, on
     a virtual clock, and compare policies: per-team delivered vs owed GPU-hours, queue
     waits per job class, occupancy, preemptions, fragmentation, starvation.
@@ -73,6 +76,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     from slurm_ml.sim import scenario, traces
     from slurm_ml.sim.engine import SimSettings, simulate
     from slurm_ml.sim.metrics import compare, summarize, targets
+    from slurm_ml.sim.trace_base import DEFAULT_GPUS_PER_NODE
 
     base = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
     if scale is not None and demand is not None:
@@ -95,6 +99,14 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
         if debug_rate:
             trace = scenario.inject_debug_jobs(trace, debug_rate, seed=seed)
         cfg = scenario.trace_config(base, trace, size, vc_nodes)
+        if partition_by_team:
+            from slurm_ml.sim.partition import partition_by_team as partitioned
+
+            if gpus is not None:
+                _fail("--partition-by-team sizes each team from philly_vc.csv: drop --gpus",
+                      EXIT_BAD_INPUT)
+            cfg, trace = partitioned(cfg, trace, vc_nodes)
+            size = sum(vc_nodes.values()) * DEFAULT_GPUS_PER_NODE
     except (ValueError, ConfigError) as exc:  # TraceError is a ValueError
         _fail(str(exc), EXIT_BAD_INPUT)
     settings = SimSettings() if cycle_s is None else dataclasses.replace(SimSettings(),
@@ -123,6 +135,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
         "scale": scale or 1.0, "debug_rate_per_team_per_hour": debug_rate, "seed": seed,
         "demand_ratio": None if ratio is None else round(ratio, 3),
         "cycle_s": settings.cycle_s, "measured_window_s": list(window),
+        "partitioned_by_team": partition_by_team,
     }
     if report_dir:
         from slurm_ml.sim.report import write_report

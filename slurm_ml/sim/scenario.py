@@ -23,6 +23,7 @@ __all__ = [
     "arrival_scale_for",
     "classify",
     "cluster_config",
+    "config_data",
     "demand_ratio",
     "implied_cluster_gpus",
     "inject_debug_jobs",
@@ -280,13 +281,13 @@ def cluster_config(
     )
     checked = parse_config(
         {
-            "cluster": _data(cluster),
+            "cluster": config_data(cluster),
             "gpu_types": {
-                name: {k: v for k, v in _data(gt).items() if k != "name"}
+                name: {k: v for k, v in config_data(gt).items() if k != "name"}
                 for name, gt in base.gpu_types.items()
             },
-            "node_classes": _data(leaves),
-            "budgets": _data(budgets),
+            "node_classes": config_data(leaves),
+            "budgets": config_data(budgets),
         },
         source="simulated cluster",
     )
@@ -358,10 +359,10 @@ def _leaf_classes(
     return tuple(out)
 
 
-def _data(value: Any) -> Any:
+def config_data(value: Any) -> Any:
     """A config dataclass as the YAML data the parser reads (tuples become lists)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: config_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
-        return [_data(item) for item in value]
+        return [config_data(item) for item in value]
     return value

@@ -222,7 +222,7 @@ def test_debug_p90_boundary(p90: float, ok: bool) -> None:
 
 @pytest.mark.parametrize(("occ", "ok"), [(0.95, True), (0.9499, False)])
 def test_occupancy_boundary(occ: float, ok: bool) -> None:
-    assert _passed(dataclasses.replace(summarize(tiny()), occupancy=occ), "occupancy") is ok
+    assert _passed(dataclasses.replace(summarize(tiny()), occupancy=occ, steady_occupancy=occ), "occupancy") is ok
 
 
 def test_a_target_with_nothing_to_measure_fails_and_says_so() -> None:
@@ -254,7 +254,7 @@ def test_judged_ratio_falls_back_to_the_last_sample() -> None:
 
 def test_compare_puts_policies_side_by_side() -> None:
     fifo, budget = summarize(tiny("fifo")), summarize(tiny("budget"))
-    budget = dataclasses.replace(budget, occupancy=0.96)
+    budget = dataclasses.replace(budget, occupancy=0.96, steady_occupancy=0.96)
     text = compare([fifo, budget])
     header, rule, *lines = text.splitlines()
     assert header.split() == ["metric", "fifo", "budget"]
@@ -270,7 +270,11 @@ def test_compare_puts_policies_side_by_side() -> None:
     occ = next(line for line in lines if line.startswith("occupancy "))
     assert occ.split()[-2:] == ["71.2%", "96.0%"]
     target = next(line for line in lines if line.startswith("target: occupancy"))
-    assert target.split()[-4:] == ["71.2%", "FAIL", "96.0%", "PASS"]
+    # the target judges occupancy after the warm-up (the simulated cluster starts empty)
+    assert fifo.steady_occupancy == pytest.approx(0.736, abs=5e-4)
+    assert target.split()[-4:] == ["73.6%", "FAIL", "96.0%", "PASS"]
+    steady = next(line for line in lines if line.startswith("occupancy after warm-up"))
+    assert steady.split()[-2:] == ["73.6%", "96.0%"]
     p90 = next(line for line in lines if line.startswith("debug wait p90"))
     assert p90.split()[-4:] == ["646", "s", "646", "s"]
     assert len({len(line) for line in [header, rule]}) == 1
