@@ -153,6 +153,13 @@ class FairshareConfig:
     # How far a user's own --nice moves a job inside its team's band (never across bands).
     nice_range: int = _knob(500, _ge(0))
     owed_bucket_s: float = _knob(3600.0, _gt(0))  # owed is capped at demand bucket by bucket
+    # Short work (Ai2's debug jobs) goes first inside its team's band: a job whose
+    # contract is <= short_job_min_runtime_min and whose time limit is
+    # <= short_job_time_limit_min gets short_job_boost more SiteFactor (0 = off). It is
+    # cheap to admit: after its short contract it may be requeued like any other job.
+    short_job_boost: int = _knob(250, _ge(0))
+    short_job_min_runtime_min: float = _knob(15.0, _ge(0))
+    short_job_time_limit_min: float = _knob(60.0, _ge(0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -955,6 +962,13 @@ def _policy(parser: _Parser, value: object) -> PolicyConfig | None:
         name: parser.knobs(sections.get(name), f"policy.{name}", cls) for name, cls in parts.items()
     }
     if any(part is None for part in got.values()):
+        return None
+    fs = got["fairshare"]
+    if fs.short_job_boost + fs.nice_range >= fs.site_factor_step:
+        parser.error("policy.fairshare.short_job_boost",
+                     f"short_job_boost + nice_range ({fs.short_job_boost} + {fs.nice_range}) "
+                     f"must stay below site_factor_step ({fs.site_factor_step}), or a short "
+                     "job could overtake a higher-ranked team's work")
         return None
     return PolicyConfig(**got)
 

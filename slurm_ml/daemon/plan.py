@@ -98,7 +98,7 @@ def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
 
 def current_fair_share(cfg: Config, obs: Observation) -> FairShare:
     """The window's fair share, ranking the associations that have jobs pending now."""
-    pending = views.pending_jobs(obs.jobs)
+    pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
     return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage), obs.now,
                       pending_assocs={(p.account, p.user) for p in pending})
 
@@ -107,7 +107,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     """Everything this cycle would do, decided from ``obs`` alone."""
     now = obs.now
     jobs = obs.jobs
-    pending = views.pending_jobs(jobs)
+    pending = views.pending_jobs(jobs, cfg.policy.fairshare)
     fair = current_fair_share(cfg, obs)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}

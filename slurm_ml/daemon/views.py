@@ -13,11 +13,11 @@ from datetime import datetime
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
-from slurm_ml.config import Config
+from slurm_ml.config import Config, FairshareConfig
 from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
 from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
-from slurm_ml.policy.fairshare import Footprint, PendingJob
+from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
 from slurm_ml.store.records import HealthEvent, UtilSample
@@ -107,9 +107,12 @@ def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> l
     return out
 
 
-def pending_jobs(jobs: Sequence[Job]) -> list[PendingJob]:
+def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
+    """Pending jobs as fair share sees them; ``short`` from the recorded contract."""
     return [PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
-                       nice=j.nice)
+                       nice=j.nice,
+                       short=is_short_job(None if (s := protected_s(j)) is None else s / 60,
+                                          j.time_limit_min, cfg))
             for j in jobs if j.state == JobState.PENDING]
 
 

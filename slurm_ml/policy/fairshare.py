@@ -74,6 +74,7 @@ class PendingJob:
     user: str
     qos: str
     nice: int
+    short: bool = False  # short work (see :func:`is_short_job`): first inside its band
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,18 +151,32 @@ def band(rank: int, ranks: int, cfg: FairshareConfig) -> int:
     return top - (rank - 1) * cfg.site_factor_step
 
 
-def job_site_factor(band_value: int, nice: int, cfg: FairshareConfig) -> int:
+def is_short_job(min_runtime_min: float | None, time_limit_min: float | None,
+                 cfg: FairshareConfig) -> bool:
+    """Short work (a debug job): a known contract and time limit, both within the
+    ``short_job_*`` bounds. Unknown values are never short."""
+    if cfg.short_job_boost <= 0 or min_runtime_min is None or time_limit_min is None:
+        return False
+    return (min_runtime_min <= cfg.short_job_min_runtime_min
+            and 0 < time_limit_min <= cfg.short_job_time_limit_min)
+
+
+def job_site_factor(band_value: int, nice: int, cfg: FairshareConfig,
+                    short: bool = False) -> int:
     """A job's SiteFactor in its band, so that its ``--nice`` only reorders inside the band.
 
     Slurm subtracts nice from the priority itself. For nice >= 0 we add it back and take
     off at most R = min(nice_range, step - 1), so the job's net SiteFactor - nice is
     band - min(nice, R): ordered by nice within the band, never below the next band. A
     negative nice can only be set by an admin: it is a deliberate boost and is left alone.
+    A short job gets ``short_job_boost`` on top (the config keeps boost + R below a step,
+    so it still never overtakes the band above).
     """
+    boost = cfg.short_job_boost if short else 0
     if nice < 0:
-        return band_value
+        return min(band_value + boost, SITE_FACTOR_LIMIT)
     reach = min(cfg.nice_range, cfg.site_factor_step - 1)
-    return min(band_value - min(nice, reach) + nice, SITE_FACTOR_LIMIT)
+    return min(band_value + boost - min(nice, reach) + nice, SITE_FACTOR_LIMIT)
 
 
 def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, now: int,
@@ -263,7 +278,8 @@ def site_factors(fs: FairShare, pending: Iterable[PendingJob],
 
     Associations with jobs in ``pending`` are ranked 1..N in ``fs``'s Fair Tree order
     (pass the same set to :func:`fair_share` and its ``Standing.rank`` agrees). A job gets
-    its association's band, moved inside it by its nice (:func:`job_site_factor`). Jobs
+    its association's band, moved inside it by its nice and raised if it is short work
+    (:func:`job_site_factor`). Jobs
     of an (account, user) outside the tree get 0. Free-QOS and alloc jobs of a team get
     the same band: the QOS priority weight, not the SiteFactor, puts alloc before free.
     """
@@ -274,5 +290,6 @@ def site_factors(fs: FairShare, pending: Iterable[PendingJob],
     out: dict[int, int] = {}
     for job in jobs:
         value = bands.get((job.account, job.user))
-        out[job.job_id] = 0 if value is None else job_site_factor(value, job.nice, cfg)
+        out[job.job_id] = 0 if value is None else job_site_factor(value, job.nice, cfg,
+                                                                  job.short)
     return out

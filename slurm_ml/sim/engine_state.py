@@ -16,7 +16,7 @@ from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import PreemptionLedger
-from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob
+from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob, is_short_job
 from slurm_ml.policy.fairshare_tree import FlatTree, flatten
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.workload import SimJob
@@ -189,8 +189,10 @@ def new_task(cfg: Config, cluster: Cluster, job: SimJob) -> Task:
     qos = ALLOC_QOS if job.min_runtime_s > 0 else FREE_QOS
     return Task(spec=job, types=cluster.types_for(job.gpu_type), qos=qos,
                 billing_pending=job.gpus * billing_weight(cfg, job.gpu_type),
-                pending_job=PendingJob(job_id=job.job_id, account=job.team, user=job.user,
-                                       qos=qos, nice=0),
+                pending_job=PendingJob(
+                    job_id=job.job_id, account=job.team, user=job.user, qos=qos, nice=0,
+                    short=is_short_job(job.min_runtime_s / 60, job.duration_s / 60,
+                                       cfg.policy.fairshare)),
                 remaining=job.duration_s, pend_since=job.submit_s)
 
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -146,8 +147,11 @@ def observation(cfg: Config, decision: Decision, footprints: list[Footprint],
         jobs.append(Job(
             job_id=w.job_id, name=f"job{w.job_id}", user=w.user, account=w.account,
             partition="gpu", qos=w.qos, state=JobState.PENDING, reason=w.reason, nodes="",
-            num_nodes=1, gpus=(GpuRequest(w.gpus, "node", typed),), time_limit_min=None,
-            time_min_min=None, requeue=True, site_factor=decision.site_factors[w.job_id],
+            num_nodes=1, gpus=(GpuRequest(w.gpus, "node", typed),),
+            # the trace's duration is the job's --time; its contract, the TimeMin fallback
+            time_limit_min=math.ceil(specs[w.job_id].duration_s / 60),
+            time_min_min=int(specs[w.job_id].min_runtime_s // 60), requeue=True,
+            site_factor=decision.site_factors[w.job_id],
             priority=count - w.order, submit_time=w.submit, start_time=None))
     for r in decision.running:
         jobs.append(Job(
