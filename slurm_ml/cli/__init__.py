@@ -747,8 +747,10 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
 
 # The reconciler's and the simulator's commands live in their own modules; importing
 # them registers them.
+from slurm_ml.cli import compose as _compose  # noqa: E402  (devcluster container ROLE)
+from slurm_ml.cli import deploy as _deploy  # noqa: E402, F401  (install / uninstall)
 from slurm_ml.cli import reconciler as _reconciler  # noqa: E402
 from slurm_ml.cli import simulate as _simulate  # noqa: E402
 
 __all__ = ["main"]
-assert _reconciler and _simulate  # registered for their side effect
+assert _reconciler and _simulate and _compose  # registered for their side effect

@@ -1,6 +1,12 @@
 """A real Slurm cluster on this one machine: munge, MariaDB, slurmdbd, slurmctld,
 one ``slurmd -N`` per node with fake GPU character devices, and PostgreSQL.
 
+The dev cluster renders only the site's part of the Slurm configuration (cluster, ports,
+paths, nodes, partitions, gres.conf, topology.conf, slurmdbd.conf); everything slurm-ml
+adds to Slurm (job_submit.lua, the hooks, the ``slurm-ml.conf`` include, billing weights,
+QOS and accounts) comes from :func:`slurm_ml.deploy.install.install`, the code behind
+``slurm-ml install``, so the admin's path is the one every test runs on.
+
 Every step checks before it acts, so ``up`` is idempotent and can be re-run
 after a partial failure or after one daemon died.
 """
@@ -24,10 +30,14 @@ from typing import Any
 
 from slurm_ml import proc
 from slurm_ml.config import Config
+from slurm_ml.deploy import install as deploy
+from slurm_ml.deploy.bundle import InstallParams
+from slurm_ml.deploy.errors import DeployError
+from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.devcluster import daemons, platform
 from slurm_ml.devcluster import health as node_health
 from slurm_ml.devcluster.layout import Layout
-from slurm_ml.slurm import accounts, render
+from slurm_ml.slurm import render
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.runner import SlurmRunner
@@ -40,8 +50,8 @@ PG_DB = "slurmml"
 MYSQL_USER = "slurm"
 MYSQL_DB = "slurm_acct_db"
 REPO = Path(__file__).resolve().parents[2]
-PROLOG = REPO / "prolog" / "slurm-ml-prolog"
-EPILOG = REPO / "epilog" / "slurm-ml-epilog"
+#: Files the dev cluster wrote itself before `slurm-ml install` did (removed once).
+LEGACY_FILES = ("job_submit.lua", "slurm-ml.env")
 #: AuthInfo cred_expire: a job requeued after a failed prolog may start again only after
 #: this + 1 s (Slurm's default 120 s would make every health demo wait two minutes). It
 #: must still exceed a prolog's worst case (slurm.conf: "long enough to ... run prolog").
@@ -120,7 +130,7 @@ class DevCluster:
             ("munge", self._munge),
             ("MariaDB", self._mariadb),
             ("slurmdbd", self._slurmdbd),
-            ("QOS and account tree", self._accounts),
+            ("slurm-ml install (shim, hooks, slurm-ml.conf, QOS and accounts)", self._install),
             ("slurmctld", self._slurmctld),
             ("slurmd nodes", self._slurmd),
             ("PostgreSQL", self._postgres),
@@ -182,9 +192,6 @@ class DevCluster:
         if kept:
             self.say(f"      injected faults kept on {', '.join(kept)} "
                      f"(`slurm-ml devcluster fault NODE --clear` removes them)")
-        config = self.config_path or REPO / "conf" / "slurm-ml.yaml"
-        node_health.write_hook_env(self.layout, node_health.hook_env(
-            self.layout, python=sys.executable, config_path=config, dsn=self.dsn()))
 
     def site(self) -> render.SiteParams:
         L, P = self.layout, self.layout.ports
@@ -208,25 +215,28 @@ class DevCluster:
             mysql_password=self._secrets().mysql_password,
             mysql_db=MYSQL_DB,
             header=f"Dev cluster in {L.root}; re-rendered by `slurm-ml devcluster up`.",
-            job_submit_plugins="lua",
-            submitd_socket=str(L.submitd_socket),
-            prolog=str(PROLOG),
-            epilog=str(EPILOG),
-            prolog_epilog_timeout_s=60,  # above the wrappers' own limit (HOOK_TIMEOUT_S)
             # A job requeued after a failed prolog is started by backfill once eligible:
             # look every 5 s, not 30 (demo and tests wait for it).
             scheduler_extra="bf_interval=5",
         )
 
     def _render(self) -> None:
+        """The site part only; `_install` adds slurm-ml's part."""
         files = render.render_all(self.cfg, self.site())
         # slurmdbd wants DbdHost to be this host's short name or localhost.
         files["slurmdbd.conf"] = files["slurmdbd.conf"].replace(
             "DbdHost=127.0.0.1", "DbdHost=localhost\nDbdAddr=127.0.0.1"
         )
+        etc = self.layout.etc
+        if not (etc / MANIFEST_NAME).exists():
+            for name in LEGACY_FILES:  # written by the dev cluster before install existed
+                (etc / name).unlink(missing_ok=True)
         for name, text in files.items():
-            path = self.layout.etc / name
-            if not path.exists() or path.read_text() != text:
+            path = etc / name
+            # slurm.conf: compared without install's edits (Include line, billing weights).
+            have = deploy.site_part(path) if name == "slurm.conf" else (
+                path.read_text() if path.exists() else None)
+            if have != text:
                 path.write_text(text)
         if platform.slurm_version() >= (23, 2):
             # 23.02+ slurmd reads cgroup.conf even with proctrack/linuxproc and task/none;
@@ -235,7 +245,7 @@ class DevCluster:
             cgroup.write_text("# Dev cluster: no cgroup enforcement.\nCgroupPlugin=disabled\n")
             cgroup.chmod(0o644)
         (self.layout.etc / "slurmdbd.conf").chmod(0o600)
-        for name in ("slurm.conf", "gres.conf", "topology.conf", "job_submit.lua"):
+        for name in ("slurm.conf", "gres.conf", "topology.conf"):
             (self.layout.etc / name).chmod(0o644)
 
     def _munge(self) -> None:
@@ -312,15 +322,44 @@ class DevCluster:
             proc.run(["slurmdbd"], env=self.slurm_env, timeout_s=60)
         daemons.wait_for("slurmdbd", self._sacctmgr_ok, 120, interval_s=1)
 
-    def _accounts(self) -> None:
-        run = self.runner(60)
-        if accounts.ensure_cluster(run, self.cfg.cluster.name):
-            self.say(f"      registered cluster {self.cfg.cluster.name} in slurmdbd")
-        specs = accounts.default_qos_specs(self.cfg.policy.contracts.min_runtime_cap_hours)
-        cmds = accounts.ensure_account_tree(run, self.cfg.cluster.name, self.cfg.budgets, specs)
-        added = [c for c in cmds if c[2] == "add"]
-        if added:
-            self.say(f"      {len(added)} QOS/accounts/users added")
+    def install_params(self) -> InstallParams:
+        """`slurm-ml install --slurm-conf-dir <etc> --no-systemd --health-check-interval 0`
+        with the dev cluster's socket, DSN and node-health settings."""
+        L = self.layout
+        config = self.config_path or REPO / "conf" / "slurm-ml.yaml"
+        own = {"SLURM_ML_PYTHON", "SLURM_ML_CONFIG", "SLURM_ML_DSN", "SLURM_ML_HOOK_TIMEOUT"}
+        extra = node_health.hook_env(L, python=sys.executable, config_path=config,
+                                     dsn=self.dsn())
+        return InstallParams(
+            conf_dir=L.etc,
+            config_path=config,
+            python=sys.executable,
+            systemd_dir=None,  # no systemd here; the dev cluster starts submitd itself
+            submitd_socket=str(L.submitd_socket),
+            dsn=self.dsn(),
+            # HealthCheckProgram set but never run by slurmd: tests and the demo decide
+            # when periodic checks run.
+            health_check_interval_s=0,
+            prolog_epilog_timeout_s=60,  # above the wrappers' own limit (HOOK_TIMEOUT_S)
+            hook_timeout_s=node_health.HOOK_TIMEOUT_S,
+            service_user="root",
+            service_group="root",
+            extra_env=tuple((k, v) for k, v in extra.items() if k not in own),
+        )
+
+    def _install(self) -> None:
+        try:
+            outcome = deploy.install(self.cfg, self.install_params(), run=self.runner(60),
+                                     say=lambda m: self.say(f"      {m}"))
+        except DeployError as exc:
+            raise platform.DevClusterError(f"slurm-ml install: {exc}") from exc
+        if outcome.changes.refusals:
+            raise platform.DevClusterError(
+                "slurm-ml install refused:\n" + "\n".join(outcome.changes.refusals))
+        if not outcome.changed:
+            self.say("      nothing to change")
+        elif outcome.accounts.commands:
+            self.say(f"      {len(outcome.accounts.commands)} sacctmgr command(s) run")
 
     def _ping(self) -> bool:
         out = self.runner(10)(["scontrol", "ping"])

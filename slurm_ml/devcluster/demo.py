@@ -227,7 +227,8 @@ def run_reconciler_demo(env: dict[str, str], say: Callable[[str], None]) -> list
 
 
 #: A week of the real Philly trace on a 512-GPU cluster, with Ai2-style debug jobs.
-SIM_ARGS = ["--start-hours", "720", "--hours", "168", "--gpus", "512", "--debug-rate", "0.5"]
+SIM_ARGS = ["--start-hours", "720", "--hours", "168", "--gpus", "512", "--demand", "2.5",
+            "--debug-rate", "0.5"]
 
 
 def run_sim_demo(env: dict[str, str], say: Callable[[str], None],

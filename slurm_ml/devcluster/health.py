@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +64,6 @@ __all__ = [
     "inject_fault",
     "node_health",
     "sync_healthy",
-    "write_hook_env",
 ]
 
 A100_SXM_8: tuple[str, ...] = ("nvlink/gpud_a100x8_nvlink_status.txt",
@@ -252,8 +249,9 @@ def node_health(cfg: Config, layout: Layout) -> dict[str, dict[str, Any]]:
 
 
 def hook_env(layout: Layout, *, python: str, config_path: Path, dsn: str) -> dict[str, str]:
-    """What the Prolog/Epilog wrappers read from ``etc/slurm-ml.env`` (slurmd gives them
-    almost no environment: see prolog/slurm-ml-prolog)."""
+    """What the Prolog/Epilog/HealthCheckProgram wrappers read from ``etc/slurm-ml.env``
+    (slurmd gives them almost no environment: see prolog/slurm-ml-prolog); the dev
+    cluster hands these to ``slurm-ml install`` as extra env lines."""
     return {
         "SLURM_ML_PYTHON": python,
         "SLURM_ML_CONFIG": str(config_path),
@@ -266,15 +264,3 @@ def hook_env(layout: Layout, *, python: str, config_path: Path, dsn: str) -> dic
         "SLURM_ML_HOOK_LOG": str(layout.log / "hooks.log"),
         "SLURM_ML_HOOK_TIMEOUT": str(HOOK_TIMEOUT_S),
     }
-
-
-def write_hook_env(layout: Layout, values: Mapping[str, str]) -> Path:
-    """Write ``etc/slurm-ml.env`` (shell syntax, mode 0600: it holds the DSN)."""
-    path = layout.hook_env_file
-    text = "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
-    text = "# slurm-ml hook settings, written by `slurm-ml devcluster up`.\n" + text
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    path.chmod(0o600)
-    return path

@@ -1,14 +1,16 @@
 """Make slurmdbd's QOS and account tree match slurm-ml.yaml, idempotently.
 
 ``plan_*`` are pure: they compare what sacctmgr reports with what the config
-wants and return the sacctmgr commands to run. ``ensure_account_tree`` reads,
-plans and applies, so running it twice changes nothing the second time.
+wants and return the sacctmgr commands to run (only the ones that change
+something, when the current QOS settings are known). ``read_accounts`` and
+``ensure_account_tree`` are the I/O around them; ``slurm-ml install`` shows the
+plan as a diff before it runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from slurm_ml.model import ALLOC_QOS, FREE_QOS, BudgetTree
 from slurm_ml.slurm.runner import SlurmRunner
@@ -66,13 +68,64 @@ def parse_assocs(text: str) -> list[Assoc]:
     return out
 
 
-def plan_qos(existing: Sequence[str], specs: Sequence[QosSpec]) -> list[list[str]]:
+#: The QOS fields slurm-ml sets, in ``sacctmgr show qos format=...`` order.
+QOS_FIELDS = ("UsageFactor", "PreemptMode", "GraceTime", "Priority", "Preempt",
+              "PreemptExemptTime")
+
+
+def parse_qos(text: str) -> dict[str, dict[str, str]]:
+    """Parse ``sacctmgr -n -P show qos format=Name,<QOS_FIELDS>`` → {name: {field: value}}."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if not line.strip() or len(parts) < 1 + len(QOS_FIELDS):
+            continue
+        out[parts[0]] = dict(zip(QOS_FIELDS, parts[1:], strict=False))
+    return out
+
+
+def _seconds(value: str) -> float | None:
+    """``[D-]HH:MM:SS``, ``MM:SS`` or plain seconds → seconds (None if unreadable)."""
+    days, _, rest = value.rpartition("-")
+    try:
+        parts = [float(x) for x in rest.split(":")]
+        total = 0.0
+        for i, part in enumerate(reversed(parts)):
+            total += part * float(60**i)
+        return total + (float(days) * 86400 if days else 0.0)
+    except ValueError:
+        return None
+
+
+def _same_qos_value(name: str, have: str, want: str) -> bool:
+    if name in ("GraceTime", "PreemptExemptTime"):
+        return _seconds(have) == _seconds(want)
+    if name in ("UsageFactor", "Priority"):
+        try:
+            return float(have) == float(want)
+        except ValueError:
+            return False
+    if name == "Preempt":
+        return set(filter(None, have.split(","))) == set(filter(None, want.split(",")))
+    return have.casefold() == want.casefold()
+
+
+def plan_qos(
+    existing: Sequence[str] | Mapping[str, Mapping[str, str]], specs: Sequence[QosSpec]
+) -> list[list[str]]:
+    """Add missing QOS and set their options. Given current settings (a mapping from
+    :func:`parse_qos`), only options that differ are set; given bare names, all are."""
     cmds: list[list[str]] = []
     for spec in specs:
+        current = existing.get(spec.name) if isinstance(existing, Mapping) else None
         if spec.name not in existing:
             cmds.append(["sacctmgr", "-i", "add", "qos", spec.name])
-        sets = [f"{k}={v}" for k, v in spec.settings]
-        cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={spec.name}", "set", *sets])
+        todo = [(k, v) for k, v in spec.settings
+                if current is None or k not in current or not _same_qos_value(k, current[k], v)]
+        if todo:
+            sets = [f"{k}={v}" for k, v in todo]
+            cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={spec.name}",
+                         "set", *sets])
     return cmds
 
 
@@ -104,6 +157,44 @@ def plan_tree(
     return cmds
 
 
+def plan_cluster(cluster: str, existing: Sequence[str]) -> list[list[str]]:
+    """Register ``cluster`` in slurmdbd when it is not there yet."""
+    return [] if cluster in existing else [["sacctmgr", "-i", "add", "cluster", cluster]]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountsState:
+    """What slurmdbd holds now (empty when it could not be read: ``error`` says why)."""
+
+    clusters: tuple[str, ...] = ()
+    qos: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    assocs: tuple[Assoc, ...] = ()
+    error: str = ""
+
+    @property
+    def reachable(self) -> bool:
+        return not self.error
+
+
+def plan_accounts(
+    state: AccountsState, cluster: str, tree: BudgetTree, qos_specs: Sequence[QosSpec]
+) -> list[list[str]]:
+    """Every sacctmgr command that brings slurmdbd in line (the full creation plan when
+    ``state`` is empty)."""
+    return (plan_cluster(cluster, state.clusters) + plan_qos(state.qos, qos_specs)
+            + plan_tree(cluster, tree, state.assocs))
+
+
+def read_accounts(run: SlurmRunner, cluster: str) -> AccountsState:
+    """Read clusters, QOS and associations; a SlurmError propagates (caller decides)."""
+    clusters = run(["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"]).split()
+    qos = parse_qos(run(["sacctmgr", "-n", "-P", "show", "qos",
+                         "format=Name," + ",".join(QOS_FIELDS)]))
+    assocs = parse_assocs(run(["sacctmgr", "-n", "-P", "show", "assoc", f"cluster={cluster}",
+                               "format=Account,ParentName,User"]))
+    return AccountsState(tuple(clusters), qos, tuple(assocs))
+
+
 def ensure_cluster(run: SlurmRunner, cluster: str) -> bool:
     """Register ``cluster`` in slurmdbd; True when it was added."""
     names = run(["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"]).split()
@@ -125,4 +216,20 @@ def ensure_account_tree(
     cmds = plan_qos(existing_qos, qos_specs) + plan_tree(cluster, tree, parse_assocs(assoc_text))
     for cmd in cmds:
         run(cmd)
+    return cmds
+
+
+def removal_commands(cluster: str, tree: BudgetTree, qos: Sequence[str]) -> list[list[str]]:
+    """The sacctmgr commands that would delete slurm-ml's associations, accounts and QOS.
+    Never run by slurm-ml: deleting them drops the usage history slurmdbd keeps for them."""
+    cmds: list[list[str]] = []
+    for user, accounts in tree.user_accounts().items():
+        for account in accounts:
+            cmds.append(["sacctmgr", "-i", "delete", "user", f"name={user}",
+                         f"account={account}", f"cluster={cluster}"])
+    for name, _parent in reversed(list(tree.accounts())):
+        cmds.append(["sacctmgr", "-i", "delete", "account", f"name={name}",
+                     f"cluster={cluster}"])
+    if qos:
+        cmds.append(["sacctmgr", "-i", "delete", "qos", f"name={','.join(qos)}"])
     return cmds

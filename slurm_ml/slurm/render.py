@@ -1,9 +1,14 @@
-"""Render slurm.conf, gres.conf, topology.conf and slurmdbd.conf from templates.
+"""Render the site's slurm.conf, gres.conf, topology.conf and slurmdbd.conf from templates.
 
 The templates live in ``conf/`` and are the ones an admin starts from; this
 module only fills their ``${placeholders}``. The few generated blocks (node,
 partition, GRES and switch lines) are derived from slurm-ml.yaml so that the
 cluster and the policy can never disagree about GPU types or topology.
+
+These are the *site* files (cluster, ports, paths, nodes, partitions). Everything
+slurm-ml itself adds to Slurm (the job_submit shim, hooks, the ``slurm-ml.conf``
+include, billing weights) is written by ``slurm-ml install`` (``slurm_ml.deploy``),
+which reuses :func:`fill`, :func:`render_shim` and the helpers below.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,17 +56,7 @@ class SiteParams:
     mysql_user: str = "slurm"
     mysql_password: str = ""
     mysql_db: str = "slurm_acct_db"
-    prolog: str = ""
-    epilog: str = ""
-    job_submit_plugins: str = ""
-    submitd_socket: str = "/run/slurm-ml/submitd.sock"  # where job_submit.lua asks submitd
-    prolog_epilog_timeout_s: int = 60
-    scheduler_extra: str = ""  # more SchedulerParameters, e.g. "bf_interval=5"
-    priority_weight_fairshare: int = 100
-    priority_weight_age: int = 100
-    # alloc (QOS Priority 100 = factor 1.0) above any SiteFactor band, free below: the
-    # reconciler ranks within each tier (100k associations x site_factor_step 1000).
-    priority_weight_qos: int = 100_000_000
+    scheduler_extra: str = ""  # the site's SchedulerParameters, e.g. "bf_interval=5"
     header: str = "Do not edit by hand: re-render instead."
 
 
@@ -80,11 +76,11 @@ def shim_source() -> Path:
 _SHIM_SETTINGS = ("SOCKET_PATH", "TIMEOUT_MS", "BREAKER_FAILURES", "BREAKER_COOLDOWN_S")
 
 
-def render_shim(text: str, cfg: Config, site: SiteParams) -> str:
-    """The shim with its settings block filled from slurm-ml.yaml and the site."""
+def render_shim(text: str, cfg: Config, submitd_socket: str) -> str:
+    """The shim with its settings block filled from slurm-ml.yaml and submitd's socket."""
     adm = cfg.policy.admission
     values = {
-        "SOCKET_PATH": '"' + site.submitd_socket.replace("\\", "\\\\").replace('"', '\\"') + '"',
+        "SOCKET_PATH": '"' + submitd_socket.replace("\\", "\\\\").replace('"', '\\"') + '"',
         "TIMEOUT_MS": str(adm.socket_timeout_ms),
         "BREAKER_FAILURES": str(adm.breaker_failures),
         "BREAKER_COOLDOWN_S": f"{adm.breaker_cooldown_s:g}",
@@ -103,6 +99,7 @@ def max_switch_wait_s(cfg: Config) -> int:
 
 
 def accounting_tres(cfg: Config) -> str:
+    """AccountingStorageTRES: GPUs in total and per type (budgets are per GPU type)."""
     return ",".join(["gres/gpu", *(f"gres/gpu:{name}" for name in sorted(cfg.gpu_types))])
 
 
@@ -137,13 +134,12 @@ def node_lines(cfg: Config, site: SiteParams) -> str:
 
 
 def partition_lines(cfg: Config) -> str:
-    weights = billing_weights(cfg)
+    """One line per partition; ``slurm-ml install`` adds their TRESBillingWeights."""
     lines = []
     for p in cfg.cluster.partitions:
         lines.append(
             f"PartitionName={p.name} Nodes={p.nodes} Default={'YES' if p.default else 'NO'} "
-            f"MaxTime={p.max_time_min} State=UP OverSubscribe=NO "
-            f'TRESBillingWeights="{weights}"'
+            f"MaxTime={p.max_time_min} State=UP OverSubscribe=NO"
         )
     return "\n".join(lines)
 
@@ -175,25 +171,33 @@ def _values(cfg: Config, site: SiteParams) -> dict[str, str]:
         partition_lines=partition_lines(cfg),
         gres_lines=gres_lines(cfg, site),
         switch_lines=switch_lines(cfg),
-        max_switch_wait_s=str(max_switch_wait_s(cfg)),
-        scheduler_extra=f",{site.scheduler_extra}" if site.scheduler_extra else "",
-        prolog_line=f"Prolog={site.prolog}" if site.prolog else "#Prolog= (not installed)",
-        epilog_line=f"Epilog={site.epilog}" if site.epilog else "#Epilog= (not installed)",
-        job_submit_line=(
-            f"JobSubmitPlugins={site.job_submit_plugins}"
-            if site.job_submit_plugins
-            else "#JobSubmitPlugins= (not installed)"
+        scheduler_line=(
+            f"SchedulerParameters={site.scheduler_extra}"
+            if site.scheduler_extra
+            else "#SchedulerParameters= (slurm-ml install adds its own)"
         ),
     )
     return values
 
 
-def render_text(template: str, cfg: Config, site: SiteParams, *, name: str = "<template>") -> str:
-    """Fill one template's placeholders; an unknown placeholder is a TemplateError."""
+def fill(template: str, values: Mapping[str, str], *, name: str = "<template>") -> str:
+    """Fill ``${placeholders}``; an unknown or malformed one is a TemplateError."""
     try:
-        return string.Template(template).substitute(_values(cfg, site))
+        return string.Template(template).substitute(values)
     except (KeyError, ValueError) as exc:
         raise TemplateError(f"{name}: unknown or malformed placeholder {exc}") from exc
+
+
+def read_template(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise TemplateError(f"{path}: cannot read template: {exc.strerror}") from exc
+
+
+def render_text(template: str, cfg: Config, site: SiteParams, *, name: str = "<template>") -> str:
+    """Fill one site template's placeholders; an unknown placeholder is a TemplateError."""
+    return fill(template, _values(cfg, site), name=name)
 
 
 def render_all(cfg: Config, site: SiteParams, templates: Path | None = None) -> dict[str, str]:
@@ -202,15 +206,5 @@ def render_all(cfg: Config, site: SiteParams, templates: Path | None = None) -> 
     out: dict[str, str] = {}
     for name in TEMPLATES:
         path = base / f"{name}.tmpl"
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise TemplateError(f"{path}: cannot read template: {exc.strerror}") from exc
-        out[name] = render_text(text, cfg, site, name=str(path))
-    if "lua" in site.job_submit_plugins.split(","):
-        try:
-            shim = shim_source().read_text()
-        except OSError as exc:
-            raise TemplateError(f"{shim_source()}: cannot read the shim: {exc.strerror}") from exc
-        out["job_submit.lua"] = render_shim(shim, cfg, site)
+        out[name] = render_text(read_template(path), cfg, site, name=str(path))
     return out

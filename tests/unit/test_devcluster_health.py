@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hooks_helpers import CFG
 
+from slurm_ml.deploy.bundle import InstallParams, env_text
 from slurm_ml.devcluster import health
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.devcluster.platform import DevClusterError
@@ -93,10 +94,11 @@ def test_hook_env_file_is_private_and_reads_back_in_a_shell(layout: Layout) -> N
     layout.etc.mkdir(parents=True)
     values = health.hook_env(layout, python="/venv/bin/python", config_path=Path("/c.yaml"),
                              dsn="postgresql://u:p@h:1/db?x='a b'")
-    path = health.write_hook_env(layout, values)
-
-    assert path == layout.etc / "slurm-ml.env"
-    assert path.stat().st_mode & 0o777 == 0o600
+    # `devcluster up` hands these to `slurm-ml install`, which writes the env file
+    path = layout.etc / "slurm-ml.env"
+    params = InstallParams(conf_dir=layout.etc, config_path=Path("/c.yaml"),
+                           python="/venv/bin/python", extra_env=tuple(values.items()))
+    path.write_text(env_text(params))
     out = subprocess.run(["bash", "-c", f'set -a; . "{path}"; env -0'], check=True,
                          capture_output=True, env={"PATH": os.environ["PATH"]}).stdout
     seen = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)

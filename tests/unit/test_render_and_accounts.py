@@ -27,16 +27,29 @@ def test_slurm_conf_has_every_node_with_gpus_and_features(files: dict[str, str])
     assert "Port=17006" in conf and "Port=17007" not in conf
     assert "Gres=gpu:a100_80g:8 Features=a100,a100_80g,nvlink" in conf
     assert "NodeName=gpu05" in conf and "Gres=gpu:v100:4 Features=v100,pcie" in conf
-    assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100_40g,gres/gpu:a100_80g,gres/gpu:v100" \
-        in conf
-    assert 'TRESBillingWeights="CPU=0,Mem=0,GRES/gpu:a100_40g=80,GRES/gpu:a100_80g=100,' \
-        'GRES/gpu:v100=40"' in conf
     assert "PartitionName=gpu Nodes=gpu[01-06] Default=YES" in conf
     assert "PartitionName=debug Nodes=gpu[01-06] Default=NO MaxTime=60" in conf
-    for setting in ("PreemptType=preempt/qos", "JobRequeue=1", "PrologFlags=Alloc",
-                    "SchedulerParameters=nohold_on_prolog_fail", "TopologyPlugin=topology/tree"):
-        assert setting in conf
+    assert "TopologyPlugin=topology/tree" in conf and "GresTypes=gpu" in conf
     assert "${" not in conf
+
+
+def test_site_slurm_conf_leaves_slurm_mls_settings_to_install(files: dict[str, str]) -> None:
+    """slurm-ml's own settings live in the slurm-ml.conf include `slurm-ml install` writes
+    (tests/unit/test_deploy_*.py); the site file must not set them too (a second value
+    of a key is a conflict install refuses)."""
+    conf = files["slurm.conf"]
+    for key in ("JobSubmitPlugins", "Prolog=", "Epilog=", "PriorityType", "PreemptType",
+                "TRESBillingWeights", "AccountingStorageTRES", "HealthCheckProgram"):
+        assert not any(line.startswith(key) for line in conf.splitlines()), key
+    assert "#SchedulerParameters=" in conf  # no site SchedulerParameters given
+
+
+def test_billing_weights_and_tres_for_the_include() -> None:
+    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    assert render.accounting_tres(cfg) == \
+        "gres/gpu,gres/gpu:a100_40g,gres/gpu:a100_80g,gres/gpu:v100"
+    assert render.billing_weights(cfg) == \
+        "CPU=0,Mem=0,GRES/gpu:a100_40g=80,GRES/gpu:a100_80g=100,GRES/gpu:v100=40"
 
 
 def test_gres_and_topology(files: dict[str, str]) -> None:

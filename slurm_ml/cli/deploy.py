@@ -1,0 +1,189 @@
+"""``slurm-ml install`` / ``uninstall``: put slurm-ml into a Slurm configuration and take
+it out again (registered on the main group by ``slurm_ml.cli``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_ml.cli import EXIT_BAD_INPUT, _fail, _load_config, main
+
+_EXIT_CODES = """\b
+Exit codes:
+  0  done, or nothing to change (also a dry run that could plan everything)
+  1  refused: a file slurm-ml did not write, a file changed since install, or a
+     conflicting slurm.conf setting (--force overrides; nothing was changed)
+  2  bad input: options, config, templates, no slurm.conf, unknown partition
+  3  Slurm unreachable: sacctmgr/slurmdbd did not answer (install changed nothing)
+"""
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _common(f: Any) -> Any:
+    for opt in reversed([
+        click.option("--slurm-conf-dir", type=click.Path(file_okay=False, path_type=Path),
+                     default=Path("/etc/slurm"), show_default=True,
+                     help="Directory holding slurm.conf."),
+        click.option("--systemd-dir", type=click.Path(file_okay=False, path_type=Path),
+                     default=Path("/etc/systemd/system"), show_default=True,
+                     help="Where the systemd units go."),
+        click.option("--no-systemd", is_flag=True, help="Write no systemd units."),
+        click.option("--dry-run", is_flag=True, help="Plan and show; change nothing."),
+        click.option("--diff", "show_diff", is_flag=True,
+                     help="Show every file change as a unified diff."),
+        click.option("--force", is_flag=True,
+                     help="Overwrite/remove files slurm-ml did not write or that changed "
+                          "since (a file it did not write is kept as <name>.slurm-ml-orig "
+                          "and restored by uninstall); let slurm-ml.conf win a conflicting "
+                          "setting."),
+        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    from slurm_ml.deploy.errors import DeployError
+    from slurm_ml.slurm.render import TemplateError
+
+    return (DeployError, TemplateError)
+
+
+def _finish(outcome: Any, as_json: bool, show_diff: bool) -> None:
+    from slurm_ml.deploy.report import unified
+
+    if as_json:
+        doc = outcome.as_dict()
+        if show_diff:
+            doc["diffs"] = [unified(a) for a in outcome.changes.actions]
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(outcome.render(diff=show_diff))
+    sys.exit(outcome.exit_code)
+
+
+def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key.isidentifier():
+            _fail(f"--env {v!r}: expected KEY=VALUE", EXIT_BAD_INPUT)
+        out.append((key, value))
+    return tuple(out)
+
+
+@main.command("install", epilog=_EXIT_CODES)
+@click.option("--config", "config_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="slurm-ml.yaml to install (budgets, GPU types, partitions, policy).")
+@_common
+@click.option("--no-accounts", is_flag=True,
+              help="Skip the QOS/account tree step (sacctmgr).")
+@click.option("--submitd-socket", default="/run/slurm-ml/submitd.sock", show_default=True,
+              help="Unix socket job_submit.lua uses to reach submitd.")
+@click.option("--hook-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the Prolog/Epilog/HealthCheckProgram wrappers go "
+                   "(default: --slurm-conf-dir).")
+@click.option("--python", "python", default=None,
+              help="Python with slurm-ml installed, for the hooks and units "
+                   "(default: this one).")
+@click.option("--dsn", default=None,
+              help="PostgreSQL DSN written to slurm-ml.env (default $SLURM_ML_DSN; none: "
+                   "store.dsn of the config).")
+@click.option("--health-check-interval", default=300, show_default=True,
+              type=click.IntRange(min=0),
+              help="HealthCheckInterval in seconds; 0 sets HealthCheckProgram but never "
+                   "runs it.")
+@click.option("--service-user", default=None,
+              help="User (and its group) the units run as (default: SlurmUser of "
+                   "slurm.conf).")
+@click.option("--env", "extra_env", multiple=True, metavar="KEY=VALUE",
+              help="Extra line for slurm-ml.env (repeatable).")
+def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
+                no_systemd: bool, dry_run: bool, show_diff: bool, force: bool, as_json: bool,
+                no_accounts: bool, submitd_socket: str, hook_dir: Path | None,
+                python: str | None, dsn: str | None, health_check_interval: int,
+                service_user: str | None, extra_env: tuple[str, ...]) -> None:
+    """Install slurm-ml into the Slurm configuration in --slurm-conf-dir.
+
+    \b
+    Writes (and records in <dir>/.slurm-ml-manifest.json with their sha256):
+      job_submit.lua        the admission shim, settings filled in
+      slurm-ml.conf         every slurm.conf setting slurm-ml needs
+      slurm-ml.env          settings for the hooks and units (mode 0600)
+      slurm-ml-prolog, slurm-ml-epilog, slurm-ml-healthcheck   (in --hook-dir)
+      slurm-ml-submitd.service, slurm-ml-daemon.service       (in --systemd-dir)
+    and edits slurm.conf: appends `Include <dir>/slurm-ml.conf` and sets
+    TRESBillingWeights on the partitions in the config. Then adds the QOS
+    alloc/free and the account tree (sacctmgr). Re-running changes only what
+    differs; a conflicting setting already in slurm.conf is refused.
+    """
+    from slurm_ml.deploy import state
+    from slurm_ml.deploy.bundle import InstallParams
+    from slurm_ml.deploy.install import install
+    from slurm_ml.slurm.runner import SlurmRunner
+
+    cfg = _load_config(config_path)
+    conf_dir = slurm_conf_dir.absolute()
+    user, group = state.service_account(conf_dir / "slurm.conf")
+    if service_user is not None:
+        user, group = service_user, state.primary_group(service_user)
+    params = InstallParams(
+        conf_dir=conf_dir,
+        config_path=config_path.absolute(),
+        python=python or sys.executable,
+        systemd_dir=None if no_systemd else systemd_dir.absolute(),
+        hook_dir=hook_dir.absolute() if hook_dir else None,
+        submitd_socket=submitd_socket,
+        dsn=dsn if dsn is not None else os.environ.get("SLURM_ML_DSN", ""),
+        health_check_interval_s=health_check_interval,
+        service_user=user,
+        service_group=group,
+        extra_env=_env_pairs(extra_env),
+        accounts=not no_accounts,
+    )
+    run = SlurmRunner(env={"SLURM_CONF": str(params.slurm_conf)}, timeout_s=30)
+    try:
+        outcome = install(cfg, params, run=run, dry_run=dry_run, force=force, say=_say)
+    except _errors() as exc:
+        _fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+    _finish(outcome, as_json, show_diff)
+
+
+@main.command("uninstall", epilog=_EXIT_CODES)
+@_common
+def uninstall_cmd(*, slurm_conf_dir: Path, systemd_dir: Path, no_systemd: bool,
+                  dry_run: bool, show_diff: bool, force: bool, as_json: bool) -> None:
+    """Remove exactly what `slurm-ml install` wrote into --slurm-conf-dir (and the
+    systemd units), restore files it replaced, undo its slurm.conf edits.
+
+    Uses <dir>/.slurm-ml-manifest.json: a file changed since install is not removed
+    without --force. QOS and accounts are NOT deleted (that would drop their usage
+    history); the sacctmgr commands that would are printed. --systemd-dir and
+    --no-systemd are accepted for symmetry: the manifest says where the units are.
+    """
+    from slurm_ml.config import ConfigError, load_config
+    from slurm_ml.deploy import state
+    from slurm_ml.deploy.install import uninstall
+
+    conf_dir = slurm_conf_dir.absolute()
+    cfg = None
+    try:
+        manifest = state.load_manifest(conf_dir)
+        if manifest is not None and manifest.config:
+            try:
+                cfg = load_config(manifest.config)
+            except ConfigError:
+                cfg = None
+        outcome = uninstall(conf_dir, cfg=cfg, dry_run=dry_run, force=force, say=_say)
+    except _errors() as exc:
+        _fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+    _finish(outcome, as_json, show_diff)

@@ -1,0 +1,76 @@
+"""Carry out a :class:`~.plan.ChangeSet`: the only module of install that writes files.
+
+Each file is written to a temporary file in its directory, given its mode (and, for a file
+that existed, its owner) and renamed over the old one, so a crash never leaves half a
+slurm.conf. Backups are copies with mode and times (``shutil.copy2``) and are renamed back
+on uninstall, so the directory ends byte-identical, modes included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from slurm_ml.deploy.manifest import MANIFEST_NAME
+from slurm_ml.deploy.plan import Action, ChangeSet, Kind
+
+Say = Callable[[str], None]
+
+
+def write_atomic(path: Path, text: str, mode: int | None) -> None:
+    """Replace ``path`` with ``text``; ``mode`` None keeps the old file's mode and owner."""
+    old = None
+    with contextlib.suppress(FileNotFoundError):
+        old = path.stat()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        final_mode = mode if mode is not None else (old.st_mode & 0o7777 if old else 0o644)
+        os.chmod(tmp, final_mode)
+        if old is not None and os.geteuid() == 0:
+            os.chown(tmp, old.st_uid, old.st_gid)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _apply_one(a: Action) -> None:
+    if a.kind is Kind.MKDIR:
+        a.path.mkdir(mode=0o755, exist_ok=True)
+    elif a.kind is Kind.RMDIR:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            a.path.rmdir()  # only when empty
+    elif a.kind in (Kind.CREATE, Kind.UPDATE):
+        assert a.after is not None
+        if a.backup is not None and not a.backup.exists():
+            shutil.copy2(a.path, a.backup)
+        write_atomic(a.path, a.after, a.mode)
+    elif a.kind is Kind.EDIT:
+        assert a.after is not None
+        write_atomic(a.path, a.after, None)  # the admin's file: keep its mode and owner
+    elif a.kind is Kind.DELETE:
+        a.path.unlink(missing_ok=True)
+    elif a.kind is Kind.RESTORE:
+        assert a.restore_from is not None
+        os.replace(a.restore_from, a.path)
+
+
+def apply(changes: ChangeSet, conf_dir: Path, say: Say) -> None:
+    """Apply every action in order, then write (or remove) the manifest."""
+    for a in changes.actions:
+        say(f"  {a.kind.value:<7} {a.path}" + (f"  ({a.reason})" if a.reason else ""))
+        _apply_one(a)
+    manifest = conf_dir / MANIFEST_NAME
+    if changes.manifest is None:
+        manifest.unlink(missing_ok=True)
+    elif changes.manifest_changed or not manifest.exists():
+        write_atomic(manifest, changes.manifest.to_json(), 0o644)

@@ -1,0 +1,206 @@
+"""Render every file ``slurm-ml install`` writes, from the templates and slurm-ml.yaml (pure).
+
+Files (all paths absolute; hooks default to the Slurm conf dir):
+
+* ``job_submit.lua``: the shim with its settings block filled (render.render_shim);
+* ``slurm-ml.conf``: the slurm.conf include (conf/slurm-ml.conf.tmpl);
+* ``slurm-ml.env``: what the hooks and the services read (mode 0600: it may hold the DSN);
+* ``slurm-ml-prolog``, ``slurm-ml-epilog``, ``slurm-ml-healthcheck``: the wrappers, with
+  the env file's path filled in (HealthCheckProgram gets no SLURM_CONF to find it by);
+* ``slurm-ml-submitd.service``, ``slurm-ml-daemon.service`` unless --no-systemd.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_ml.config import Config
+from slurm_ml.deploy.errors import BadInput
+from slurm_ml.deploy.slurmconf import settings
+from slurm_ml.slurm import render
+
+DEFAULT_SOCKET = "/run/slurm-ml/submitd.sock"
+INCLUDE_NAME = "slurm-ml.conf"
+ENV_NAME = "slurm-ml.env"
+HOOKS = {"prolog": "slurm-ml-prolog", "epilog": "slurm-ml-epilog",
+         "healthcheck": "slurm-ml-healthcheck"}
+UNITS = ("slurm-ml-submitd.service", "slurm-ml-daemon.service")
+
+
+@dataclass(frozen=True, slots=True)
+class InstallParams:
+    """Where and how to install (everything not in slurm-ml.yaml)."""
+
+    conf_dir: Path
+    config_path: Path
+    python: str
+    systemd_dir: Path | None = Path("/etc/systemd/system")  # None: --no-systemd
+    hook_dir: Path | None = None  # default: conf_dir
+    submitd_socket: str = DEFAULT_SOCKET
+    dsn: str = ""
+    health_check_interval_s: int = 300  # 0: HealthCheckProgram set, never run
+    prolog_epilog_timeout_s: int = 60  # above the wrappers' own limit
+    hook_timeout_s: int = 50
+    service_user: str = "slurm"  # SlurmUser: slurmctld must reach submitd's socket
+    service_group: str = "slurm"
+    extra_env: tuple[tuple[str, str], ...] = ()
+    accounts: bool = True
+    priority_weight_fairshare: int = 100
+    priority_weight_age: int = 100
+    # alloc (QOS Priority 100 = factor 1.0) above any SiteFactor band, free below: the
+    # reconciler ranks within each tier (100k associations x site_factor_step 1000).
+    priority_weight_qos: int = 100_000_000
+
+    @property
+    def hooks(self) -> Path:
+        return self.hook_dir or self.conf_dir
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.conf_dir / "slurm.conf"
+
+    @property
+    def include_path(self) -> Path:
+        return self.conf_dir / INCLUDE_NAME
+
+    @property
+    def include_line(self) -> str:
+        return f"Include {self.include_path}"
+
+    @property
+    def env_path(self) -> Path:
+        return self.conf_dir / ENV_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """The template texts (read by :func:`slurm_ml.deploy.state.read_sources`)."""
+
+    include: str
+    shim: str
+    prolog: str
+    epilog: str
+    healthcheck: str
+    units: Mapping[str, str]  # unit file name → template
+
+
+@dataclass(frozen=True, slots=True)
+class WantedFile:
+    path: Path
+    text: str
+    mode: int
+
+
+def _setting_line(name: str, text: str, value: str) -> str:
+    out, n = re.subn(rf"^{name}=.*$", f"{name}={shlex.quote(value)}", text, count=1,
+                     flags=re.MULTILINE)
+    if n != 1:
+        raise BadInput(f"hook script: settings line '{name}=...' is missing")
+    return out
+
+
+def include_values(cfg: Config, p: InstallParams) -> dict[str, str]:
+    """Placeholders of conf/slurm-ml.conf.tmpl, list settings un-merged."""
+    return {
+        "include_path": str(p.include_path),
+        "header": f"Installed from {p.config_path}.",
+        "submitd_socket": p.submitd_socket,
+        "job_submit_plugins": "lua",
+        "prolog": str(p.hooks / HOOKS["prolog"]),
+        "epilog": str(p.hooks / HOOKS["epilog"]),
+        "prolog_flags": "Alloc",
+        "prolog_epilog_timeout_s": str(p.prolog_epilog_timeout_s),
+        "scheduler_parameters": f"nohold_on_prolog_fail,max_switch_wait="
+                                f"{render.max_switch_wait_s(cfg)}",
+        "health_check_program": str(p.hooks / HOOKS["healthcheck"]),
+        "health_check_interval_s": str(p.health_check_interval_s),
+        "priority_weight_fairshare": str(p.priority_weight_fairshare),
+        "priority_weight_age": str(p.priority_weight_age),
+        "priority_weight_qos": str(p.priority_weight_qos),
+        "accounting_tres": render.accounting_tres(cfg),
+        "billing_weights": f'TRESBillingWeights="{render.billing_weights(cfg)}"',
+    }
+
+
+_PLACEHOLDER_OF = {"jobsubmitplugins": "job_submit_plugins", "prologflags": "prolog_flags",
+                   "schedulerparameters": "scheduler_parameters",
+                   "accountingstoragetres": "accounting_tres"}
+
+
+def own_settings(cfg: Config, p: InstallParams, src: Sources) -> list[tuple[str, str]]:
+    """The settings slurm-ml.conf makes, read back from the rendered template itself
+    (the template is the one list of them)."""
+    text = render.fill(src.include, include_values(cfg, p), name="slurm-ml.conf.tmpl")
+    return [(s.key, s.value) for s in settings(text, INCLUDE_NAME)]
+
+
+def render_include(cfg: Config, p: InstallParams, src: Sources,
+                   merged: Sequence[tuple[str, str]]) -> str:
+    """slurm-ml.conf with list settings merged with the admin's (slurmconf.resolve)."""
+    values = include_values(cfg, p)
+    for key, value in merged:
+        name = _PLACEHOLDER_OF.get(key.casefold())
+        if name:
+            values[name] = value
+    return render.fill(src.include, values, name="slurm-ml.conf.tmpl")
+
+
+def env_text(p: InstallParams) -> str:
+    values = {
+        "SLURM_CONF": str(p.slurm_conf),
+        "SLURM_ML_PYTHON": p.python,
+        "SLURM_ML_CONFIG": str(p.config_path),
+        "SLURM_ML_SUBMITD_SOCKET": p.submitd_socket,
+        "SLURM_ML_HOOK_TIMEOUT": str(p.hook_timeout_s),
+    }
+    if p.dsn:
+        values["SLURM_ML_DSN"] = p.dsn
+    values.update(dict(p.extra_env))
+    body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+    return ("# slurm-ml settings read by its Slurm hooks (Prolog, Epilog, HealthCheckProgram)\n"
+            "# and systemd units. Written by `slurm-ml install`; shell and systemd\n"
+            "# EnvironmentFile syntax.\n" + body)
+
+
+def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
+    socket_dir = str(Path(p.submitd_socket).parent)
+    return {
+        "service_user": p.service_user,
+        "service_group": p.service_group,
+        "env_file": str(p.env_path),
+        "python": p.python,
+        "config": str(p.config_path),
+        "submitd_socket": p.submitd_socket,
+        "submitd_rw_line": ("# Nothing else is writable: the socket is in RuntimeDirectory."
+                            if socket_dir == "/run/slurm-ml"
+                            else f"ReadWritePaths={socket_dir}"),
+        "spool_dir": str(cfg.store.spool_dir),
+    }
+
+
+def render_files(cfg: Config, p: InstallParams, src: Sources,
+                 merged: Sequence[tuple[str, str]]) -> list[WantedFile]:
+    """Every file install writes, in the order it writes them."""
+    env = str(p.env_path)
+    files = [
+        WantedFile(p.conf_dir / "job_submit.lua",
+                   render.render_shim(src.shim, cfg, p.submitd_socket), 0o644),
+        WantedFile(p.env_path, env_text(p), 0o600),
+        WantedFile(p.hooks / HOOKS["prolog"],
+                   _setting_line("INSTALLED_ENV_FILE", src.prolog, env), 0o755),
+        WantedFile(p.hooks / HOOKS["epilog"],
+                   _setting_line("INSTALLED_ENV_FILE", src.epilog, env), 0o755),
+        WantedFile(p.hooks / HOOKS["healthcheck"],
+                   _setting_line("INSTALLED_ENV_FILE", src.healthcheck, env), 0o755),
+        WantedFile(p.include_path, render_include(cfg, p, src, merged), 0o644),
+    ]
+    if p.systemd_dir is not None:
+        values = unit_values(cfg, p)
+        for name in UNITS:
+            text = render.fill(src.units[name], values, name=f"{name}.tmpl")
+            files.append(WantedFile(p.systemd_dir / name, text, 0o644))
+    return files
