@@ -51,6 +51,9 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
               help="Pick --scale so that demand is this many times capacity (e.g. 2.5).")
 @click.option("--debug-rate", type=float, default=0.0, show_default=True,
               help="Inject debug jobs (1 GPU, 10 min, 15-min protection) per team per hour.")
+@click.option("--unallocated", type=float, default=0.0, show_default=True,
+              help="Fraction of the trace's jobs submitted as unallocated work (QOS free, "
+                   "preempted by Slurm for alloc jobs); Ai2 saw 18%% of GPU time.")
 @click.option("--cycle-s", type=float, default=None,
               help="Policy cycle in simulated seconds (default: the engine's).")
 @click.option("--partition-by-team", is_flag=True,
@@ -62,7 +65,8 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
 def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], start_hours: float,
             hours: float | None, gpus: int | None, scale: float | None, demand: float | None,
-            debug_rate: float, cycle_s: float | None, partition_by_team: bool, seed: int,
+            debug_rate: float, unallocated: float, cycle_s: float | None,
+            partition_by_team: bool, seed: int,
             report_dir: str | None, as_json: bool) -> None:
     """Replay a real trace through the same policy code the daemon and admission run, on
     a virtual clock, and compare policies: per-team delivered vs owed GPU-hours, queue
@@ -96,6 +100,8 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
             scale = scenario.arrival_scale_for(trace, size, demand)
         if scale is not None and scale != 1:
             trace = scenario.scale_arrivals(trace, scale)
+        if unallocated:
+            trace = scenario.mark_unallocated(trace, unallocated, seed=seed)
         if debug_rate:
             trace = scenario.inject_debug_jobs(trace, debug_rate, seed=seed)
         cfg = scenario.trace_config(base, trace, size, vc_nodes)
@@ -133,6 +139,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
         "trace": spec, "source": trace.source, "description": trace.description,
         "jobs": len(trace.jobs), "teams": len(trace.teams), "gpus": size,
         "scale": scale or 1.0, "debug_rate_per_team_per_hour": debug_rate, "seed": seed,
+        "unallocated_fraction": unallocated,
         "demand_ratio": None if ratio is None else round(ratio, 3),
         "cycle_s": settings.cycle_s, "measured_window_s": list(window),
         "partitioned_by_team": partition_by_team,

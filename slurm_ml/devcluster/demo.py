@@ -228,6 +228,7 @@ def run_reconciler_demo(env: dict[str, str], say: Callable[[str], None]) -> list
 
 #: A week of the real Philly trace on a 512-GPU cluster, with Ai2-style debug jobs.
 SIM_ARGS = ["--start-hours", "720", "--hours", "168", "--gpus", "512", "--demand", "2.5",
+            "--unallocated", "0.2",
             "--debug-rate", "0.5"]
 
 

@@ -76,7 +76,7 @@ class Engine:
                            tree=flatten(cfg.budgets), tasks=tasks, by_id=by_id,
                            capacity=fairshare.capacity_billing_gpus(cfg))
         self.policy = make_policy(policy, self.st)
-        self.sched = Scheduler(self.st, self._start)
+        self.sched = Scheduler(self.st, self._start, self._preempt, self._requeued)
         self._arrivals = sorted(tasks, key=lambda t: (t.spec.submit_s, t.spec.job_id))
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int, int]] = []  # (at, seq, job id, run_no)
@@ -240,7 +240,22 @@ class Engine:
         task.remaining = 0.0
 
     def _requeue(self, task: Task, gpus: int) -> None:
-        """Back to pending, having lost the work since its last checkpoint."""
+        """The contracts' requeue: back to pending, having lost the work since its last
+        checkpoint; it counts against the cooldown and the cluster cap."""
+        st = self.st
+        self._halt(task)
+        now = st.stamp(st.now)
+        st.last_requeue[task.spec.job_id] = now
+        st.recent_requeues.append((now, gpus))
+        self._requeued(task)
+
+    def _preempt(self, task: Task) -> None:
+        """Slurm requeues a QOS free job for an alloc one (not the daemon: no cooldown,
+        no cap); the scheduler queues it again once its pass is over."""
+        self._halt(task)
+        self.st.qos_preemptions += 1
+
+    def _halt(self, task: Task) -> None:
         st = self.st
         if task.state != RUNNING:
             raise AssertionError(f"requeue of job {task.spec.job_id}, which is not running")
@@ -251,9 +266,11 @@ class Engine:
         task.lost_gpu_s += (ran - saved) * task.spec.gpus
         task.requeues += 1
         st.preemptions += 1
-        now = st.stamp(st.now)
-        st.last_requeue[task.spec.job_id] = now
-        st.recent_requeues.append((now, gpus))
+        task.state = PENDING
+        task.end_at = math.inf
+
+    def _requeued(self, task: Task) -> None:
+        st = self.st
         task.state = PENDING
         task.pend_since = st.now
         task.end_at = math.inf
@@ -276,7 +293,8 @@ class Engine:
         return SimResult(policy=self.policy.name, cluster_gpus=st.cluster.total,
                          start_s=self._start_s, end_s=st.now, jobs=outcomes,
                          samples=tuple(self._samples), team_weights=es.team_weights(st.cfg),
-                         wall_s=self._wall, preemptions=st.preemptions)
+                         wall_s=self._wall, preemptions=st.preemptions,
+                         qos_preemptions=st.qos_preemptions)
 
 
 def _owed(fair: FairShare) -> tuple[dict[str, float], dict[str, float]]:

@@ -6,6 +6,10 @@ estimates); a later job may start now only if it fits and either ends before tha
 or stays off the reserved nodes. Once a pass has run, nothing can start until something
 changes, so an arriving job is tried alone against the standing reservation instead of
 re-running the pass (it gives the same decisions: see :meth:`Scheduler.arrived`).
+
+A QOS alloc job that does not fit may first requeue QOS free jobs, as slurmctld's
+preempt/qos does (:mod:`slurm_ml.sim.engine_preempt`); only when that cannot make room
+does it take the reservation or wait.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
+from slurm_ml.sim.engine_preempt import victims_for
 from slurm_ml.sim.engine_state import Key, SimState, Task
 
 
@@ -30,9 +36,16 @@ class Reservation:
 class Scheduler:
     """Runs passes over ``st.pending``; ``start`` starts a task on an allocation."""
 
-    def __init__(self, st: SimState, start: Callable[[Task, Alloc], None]) -> None:
+    def __init__(self, st: SimState, start: Callable[[Task, Alloc], None],
+                 preempt: Callable[[Task], None] | None = None,
+                 requeued: Callable[[Task], None] | None = None) -> None:
         self.st = st
         self.start = start
+        # Slurm's QOS preemption (None: never): ``preempt`` stops a free job now,
+        # ``requeued`` puts it back in the queue once the pass is over.
+        self.preempt = preempt
+        self.requeued = requeued
+        self._stopped: list[Task] = []
         self.settled = False  # the last pass still holds: nothing changed since but arrivals
         self.reservation: Reservation | None = None
 
@@ -53,10 +66,25 @@ class Scheduler:
         started: list[int] = []
         dead = 0  # type sets of which not even one GPU fits: once all are, stop
         kinds = len({types for _, types in st.pending_shapes})
+        no_room: dict[tuple[int, ...], int] = {}  # ... not even by preempting free jobs
         for i, task in enumerate(st.pending):
-            if cluster.free_total == 0 or dead == kinds:
-                break
+            can_preempt = (self.preempt is not None and st.free_running > 0
+                           and task.qos == ALLOC_QOS)
+            if (cluster.free_total == 0 or dead == kinds) and not can_preempt:
+                if st.free_running == 0 or self.preempt is None:
+                    break
+                continue  # a free job: only alloc jobs behind it may still preempt
             gpus, types = task.spec.gpus, task.types
+            if can_preempt and gpus < no_room.get(types, 1 << 30):
+                alloc = cluster.place(gpus, types)
+                if alloc is None:
+                    alloc = self._preempt_for(task)
+                if alloc is None:
+                    no_room[types] = gpus
+                else:
+                    self.start(task, alloc)
+                    started.append(i)
+                    continue
             if gpus >= fit_any.get(types, 1 << 30):
                 continue
             if res is None:
@@ -86,6 +114,24 @@ class Scheduler:
             del pending[i]
         self.reservation = res
         self.settled = True
+        if self._stopped:
+            assert self.requeued is not None
+            for task in self._stopped:
+                self.requeued(task)
+            self._stopped.clear()
+            self.settled = cluster.free_total == 0  # a requeued job may fit what is left
+
+    def _preempt_for(self, task: Task) -> Alloc | None:
+        """Requeue the free jobs in ``task``'s way and say where it starts (None: no room)."""
+        assert self.preempt is not None
+        found = victims_for(self.st, task)
+        if found is None:
+            return None
+        victims, _ = found
+        for victim in victims:
+            self.preempt(victim)
+        self._stopped.extend(victims)
+        return self.st.cluster.place(task.spec.gpus, task.types)
 
     def arrived(self, task: Task) -> None:
         """``task`` just joined ``st.pending``. While the last pass holds, the jobs ahead
@@ -96,6 +142,10 @@ class Scheduler:
         if not self.settled:
             return
         cluster = self.st.cluster
+        if (self.preempt is not None and self.st.free_running > 0
+                and task.qos == ALLOC_QOS):
+            self.full_pass()  # it may preempt free work: in priority order, as Slurm does
+            return
         if cluster.free_total == 0:
             return  # the stale reservation is never used: GPUs free only through changed()
         res = self.reservation

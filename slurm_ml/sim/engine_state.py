@@ -105,7 +105,9 @@ class SimState:
     waiting: dict[str, int] = field(default_factory=dict)  # team -> GPUs pending
     #: billing GPU-seconds run per association, as (total up to ``at``, rate, at)
     usage: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
-    preemptions: int = 0
+    preemptions: int = 0  # every requeue: the contracts' and Slurm's QOS preemptions
+    qos_preemptions: int = 0  # of which Slurm's: QOS alloc preempting QOS free
+    free_running: int = 0  # running QOS free jobs (what an alloc job may preempt)
 
     def stamp(self, t: float) -> int:
         """Simulated seconds as the policies' epoch seconds."""
@@ -144,6 +146,7 @@ class SimState:
         insort(self.ends, (task.end_at, task.spec.job_id))
         team = task.spec.team
         self.busy[team] = self.busy.get(team, 0) + task.held
+        self.free_running += task.qos == FREE_QOS
         assert task.running_job is not None
         self.accrue(task.assoc, task.running_job.billing_gpus)
 
@@ -152,6 +155,7 @@ class SimState:
         i = bisect_left(self.ends, (task.end_at, task.spec.job_id))
         del self.ends[i]
         self.busy[task.spec.team] -= task.held
+        self.free_running -= task.qos == FREE_QOS
         assert task.running_job is not None
         self.accrue(task.assoc, -task.running_job.billing_gpus)
 

@@ -29,7 +29,8 @@ Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
   The team has *enough demand* when busy + pending GPUs >= its share for more than half
   of the sampled time (``demand_frac`` > 0.5).
 - *Requeues* and lost GPU-hours are summed over jobs in scope; *preemptions* is the run's
-  total (the result does not say when they happened).
+  total, the contracts' requeues plus Slurm's own QOS preemptions of free work (the
+  result does not say when they happened).
 - *Targets* judge a team by ``ratio_mean`` (else ``ratio``): the minimum over teams with
   enough demand >= 95%, the median over every team owed something >= 98%, the debug p90
   wait <= 60 s, occupancy >= 95% (after the warm-up, when there are samples then: the
@@ -138,6 +139,7 @@ class Summary:
     wall_s: float
     # occupancy after the warm-up: a simulated cluster starts empty, a real one never does
     steady_occupancy: float | None = None
+    qos_preemptions: int = 0  # of ``preemptions``, Slurm's own (QOS alloc over free)
 
     def team(self, name: str) -> TeamSummary:
         for t in self.teams:
@@ -160,6 +162,7 @@ class Summary:
             "max_wait_s": self.max_wait_s,
             "max_wait_never_started_s": self.max_wait_never_started_s,
             "wall_s": self.wall_s, "steady_occupancy": self.steady_occupancy,
+            "qos_preemptions": self.qos_preemptions,
         }
 
 
@@ -295,7 +298,8 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
         requeues=sum(j.requeues for j in jobs),
         lost_gpu_h=sum(j.lost_gpu_s for j in jobs) / 3600.0, fragmentation=fragmentation,
         max_wait_s=waits[ALL].max_s, max_wait_never_started_s=max(never) if never else None,
-        wall_s=result.wall_s, steady_occupancy=steady)
+        wall_s=result.wall_s, steady_occupancy=steady,
+        qos_preemptions=result.qos_preemptions)
 
 
 _UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",
@@ -381,6 +385,7 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
     row("utilisation (= occupancy)", [s.utilisation for s in summaries], "pct")
     row("fragmentation index", [s.fragmentation for s in summaries], "pct")
     row("preemptions", [s.preemptions for s in summaries], "n")
+    row("  of which Slurm's (alloc over free)", [s.qos_preemptions for s in summaries], "n")
     row("requeues", [s.requeues for s in summaries], "n")
     row("GPU-hours lost to requeues", [s.lost_gpu_h for s in summaries], "x")
     kinds = list(dict.fromkeys(k for s in summaries for k in s.waits))

@@ -55,4 +55,5 @@ class SimResult:
     samples: tuple[CycleSample, ...]
     team_weights: Mapping[str, float]
     wall_s: float = 0.0  # how long the simulation took to run
-    preemptions: int = 0  # requeues the policy made
+    preemptions: int = 0  # every requeue: the policy's contracts and Slurm's QOS preemption
+    qos_preemptions: int = 0  # of which Slurm's: QOS alloc requeueing QOS free work

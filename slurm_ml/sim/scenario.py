@@ -27,6 +27,7 @@ __all__ = [
     "demand_ratio",
     "implied_cluster_gpus",
     "inject_debug_jobs",
+    "mark_unallocated",
     "reclassify",
     "scale_arrivals",
     "slice_trace",
@@ -135,6 +136,25 @@ def team_weights(
         team: float(nodes[team]) if team in nodes else gpu_s / span / gpus_per_node
         for team, gpu_s in sorted(trace.gpu_seconds().items())
     }
+
+
+def mark_unallocated(trace: Trace, fraction: float, *, seed: int = 0) -> Trace:
+    """Turn ``fraction`` of the non-debug jobs, drawn at random (seeded), into unallocated
+    work: QOS free, no minimum runtime (admission routes ``--time-min=0`` and exhausted
+    budgets there). Ai2 saw 18% of delivered GPU time unallocated; Philly has no such
+    column, so this is a scenario knob, not trace data."""
+    if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+        raise ValueError(f"unallocated fraction must be in [0, 1], got {fraction}")
+    if fraction == 0 or not trace.jobs:
+        return trace
+    rng = random.Random(f"{seed}/unallocated")
+    jobs = [dataclasses.replace(job, min_runtime_s=0.0)
+            if job.kind != DEBUG and rng.random() < fraction else job for job in trace.jobs]
+    marked = [j for j in jobs if j.min_runtime_s == 0 and j.kind != DEBUG]
+    total = sum(j.gpus * j.duration_s for j in jobs) or 1.0
+    share = sum(j.gpus * j.duration_s for j in marked) / total
+    return _with_jobs(trace, jobs, f"{len(marked)} jobs unallocated (QOS free, "
+                      f"{share:.0%} of GPU time; fraction {fraction:g}, seed {seed})")
 
 
 def classify(job: SimJob, gpus_per_node: int) -> str:
