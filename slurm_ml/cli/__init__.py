@@ -728,7 +728,12 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
             script = sys.stdin.read()
     except (OSError, UnicodeDecodeError) as exc:
         _fail(f"cannot read the batch script: {exc}", EXIT_BAD_INPUT)
-    store = open_store(cfg, dsn)
+    if dsn or cfg.store.dsn or os.environ.get("SLURM_ML_DSN"):
+        store = open_store(cfg, dsn)
+    else:  # one plain line for a researcher, not submitd's log warning
+        click.echo("slurm-ml: note: no database configured (store.dsn / $SLURM_ML_DSN); "
+                   "deciding without budget standing or GPU memory profiles", err=True)
+        store = None
     refresher = StateRefresher(store, cfg)
     if store is not None:
         if not refresher.refresh_once():

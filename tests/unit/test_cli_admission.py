@@ -29,6 +29,16 @@ def test_submit_check_shows_the_rewrite_of_a_script(cli: CliRunner, tmp_path: Pa
     assert "widened from a100_80g" in res.stdout
 
 
+def test_submit_check_without_a_database_says_so_in_one_plain_line(cli: CliRunner) -> None:
+    res = cli.invoke(main, ["submit-check", "--user", "alice", "--", "--gpus=1",
+                            "--wrap", "true"])
+
+    assert res.exit_code == EXIT_OK, res.output + res.stderr
+    assert res.stderr == ("slurm-ml: note: no database configured (store.dsn / "
+                          "$SLURM_ML_DSN); deciding without budget standing or GPU memory "
+                          "profiles\n")
+
+
 def test_submit_check_shows_time_min_moved_into_the_protection(cli: CliRunner) -> None:
     res = cli.invoke(main, ["submit-check", "--user", "alice", "--", "--gres=gpu:1",
                             "--time-min=30", "-t", "120", "--wrap", "true"])
