@@ -190,7 +190,7 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     if victim.qos != ALLOC_QOS:
         return "not allocated work (free-QOS jobs are preempted by Slurm itself)"
     if not victim.requeue:
-        return "not resumable (submitted without --requeue)"
+        return "not resumable (submitted with --no-requeue)"
     if not victim.batch:
         return "interactive session"
     if victim.gpus <= 0 or not for_job.accepts(victim.gpu_type):
@@ -252,7 +252,7 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     pb, pa = before[job.account], after[job.account]
     guard = protected_s(victim, cfg)
     runtime = (f"its {guard // 60}-min minimum runtime" if victim.time_min_s is not None
-               else f"{guard // 60} min (the cap; it set no --time-min)")
+               else f"{guard // 60} min (the cap: slurm-ml has no record of its protection)")
     reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} "
               f"({_fmt_ratio(pb.ratio)}) can start; {victim.account} is over-served "
               f"({_fmt_ratio(vb.ratio)})")

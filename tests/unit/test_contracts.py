@@ -421,7 +421,7 @@ def test_each_requeue_says_why_in_one_sentence() -> None:
 
 
 @pytest.mark.parametrize(("victim", "pmap", "fragment"), [
-    (run(7, time_min=None, ran=9 * H), None, "after 480 min (the cap; it set no --time-min)"),
+    (run(7, time_min=None, ran=9 * H), None, "after 480 min (the cap: slurm-ml has no record of its protection)"),
     (run(7), positions(NLP, pos("vision", 0.5, None, 0.0)), "of vision (nothing owed yet)"),
 ], ids=["no-time-min", "nothing-owed"])
 def test_reason_variants(victim: RunningJob, pmap: dict[str, AllocationPosition] | None,
