@@ -17,9 +17,11 @@ from typing import Any, NoReturn
 import click
 
 from slurm_ml import __version__
+from slurm_ml.assets import asset_path
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+# The checkout's conf/slurm-ml.yaml, else the copy installed with the package.
+DEFAULT_CONFIG = asset_path("conf", "slurm-ml.yaml", strict=False)
 DEFAULT_STATE = Path.cwd() / ".devcluster"
 
 

@@ -10,14 +10,13 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from slurm_ml import assets
 from slurm_ml.deploy.bundle import HOOKS, UNITS, Sources
 from slurm_ml.deploy.errors import BadInput
 from slurm_ml.deploy.manifest import MANIFEST_NAME, Manifest
 from slurm_ml.deploy.plan import Current
 from slurm_ml.deploy.slurmconf import Setting, includes, settings
 from slurm_ml.slurm import render
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _read(path: Path) -> str:
@@ -27,16 +26,24 @@ def _read(path: Path) -> str:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from exc
 
 
+def _asset(*parts: str) -> Path:
+    try:
+        return assets.asset_path(*parts)
+    except assets.AssetNotFound as exc:
+        raise BadInput(str(exc)) from exc
+
+
 def read_sources(templates: Path | None = None) -> Sources:
     """The templates shipped with slurm-ml (``conf/``, ``job_submit/``, ``prolog/``,
-    ``epilog/``, ``scripts/`` of the repository; ``templates`` replaces ``conf/``)."""
+    ``epilog/``, ``scripts/`` of the checkout, else their copies installed with the
+    package: :mod:`slurm_ml.assets`; ``templates`` replaces ``conf/``)."""
     conf = templates or render.conf_dir()
     return Sources(
         include=_read(conf / "slurm-ml.conf.tmpl"),
         shim=_read(render.shim_source()),
-        prolog=_read(REPO / "prolog" / HOOKS["prolog"]),
-        epilog=_read(REPO / "epilog" / HOOKS["epilog"]),
-        healthcheck=_read(REPO / "scripts" / HOOKS["healthcheck"]),
+        prolog=_read(_asset("prolog", HOOKS["prolog"])),
+        epilog=_read(_asset("epilog", HOOKS["epilog"])),
+        healthcheck=_read(_asset("scripts", HOOKS["healthcheck"])),
         units={name: _read(conf / "systemd" / f"{name}.tmpl") for name in UNITS},
     )
 

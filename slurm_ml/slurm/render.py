@@ -13,7 +13,6 @@ which reuses :func:`fill`, :func:`render_shim` and the helpers below.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_ml import assets
 from slurm_ml.config import Config
 
 TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
@@ -61,16 +61,21 @@ class SiteParams:
 
 
 def conf_dir() -> Path:
-    """The directory holding the templates (``$SLURM_ML_CONF_DIR`` or the repo's ``conf/``)."""
-    env = os.environ.get("SLURM_ML_CONF_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "conf"
+    """The directory holding the templates: ``$SLURM_ML_CONF_DIR``, else the checkout's
+    ``conf/``, else the copy installed with the package (:mod:`slurm_ml.assets`)."""
+    try:
+        return assets.conf_dir()
+    except assets.AssetNotFound as exc:
+        raise TemplateError(str(exc)) from exc
 
 
 def shim_source() -> Path:
-    """The job_submit.lua shim shipped with slurm-ml (the repo's ``job_submit/``)."""
-    return Path(__file__).resolve().parents[2] / "job_submit" / "job_submit.lua"
+    """The job_submit.lua shim shipped with slurm-ml (the checkout's ``job_submit/``, else
+    the installed package's copy)."""
+    try:
+        return assets.asset_path("job_submit", "job_submit.lua")
+    except assets.AssetNotFound as exc:
+        raise TemplateError(str(exc)) from exc
 
 
 _SHIM_SETTINGS = ("SOCKET_PATH", "TIMEOUT_MS", "BREAKER_FAILURES", "BREAKER_COOLDOWN_S")

@@ -31,6 +31,7 @@ import jsonschema
 import pytest
 import yaml
 
+from slurm_ml.assets import SHIPPED
 from slurm_ml.cli import compose as cli_compose
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
@@ -410,6 +411,15 @@ def test_copied_sources_exist_and_are_not_ignored() -> None:
             assert path.exists(), f"COPY {src}: not in the repository"
             top = Path(src.rstrip("/")).parts[0]
             assert top not in ignored, f"COPY {src}: excluded by .dockerignore"
+
+
+def test_the_image_has_every_file_slurm_ml_install_reads() -> None:
+    copied = set()
+    for word, args in dockerfile_instructions(DOCKERFILE.read_text()):
+        if word == "COPY":
+            copied |= {Path(src.rstrip("/")).parts[0] for src in shlex.split(args)[:-1]}
+    missing = [a for a in SHIPPED if Path(a).parts[0] not in copied]
+    assert not missing, f"the image lacks what slurm-ml install reads: {missing}"
 
 
 # ------------------------------------------------------------------ scripts
