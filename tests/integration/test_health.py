@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_restore import node_map, restore_nodes
 from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
-from slurm_ml.model import Node
-from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.integration
@@ -36,9 +35,6 @@ CONFIG = REPO / "conf" / "slurm-ml.yaml"
 #: A100 GPU 6 with every NVLink down (Azure HPC health checks' bad_nvlink_status.txt).
 NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 ADMIN_REASON = "admin: test"
-#: What Slurm itself writes when a prolog fails without slurm-ml having drained the node
-#: (only if a test is interrupted mid-prolog; restore() lifts it).
-PROLOG_ERROR = "Prolog error"
 PASSES = load_config(CONFIG).policy.quarantine.resume_after_passes
 
 
@@ -64,8 +60,7 @@ def periodic(cluster: DevCluster, node: str) -> dict[str, Any]:
     return out
 
 
-def nodes(cluster: DevCluster) -> dict[str, Node]:
-    return {n.name: n for n in CliSlurm(cluster.runner()).list_nodes()}
+nodes = node_map  # name -> Node, as slurmctld reports it
 
 
 def owned_drains(cluster: DevCluster) -> set[str]:
@@ -101,22 +96,7 @@ def restore(cluster: DevCluster) -> Iterator[list[int]]:
     """Job ids the test submitted; afterwards the cluster is as before the test."""
     jobs: list[int] = []
     yield jobs
-    if jobs:
-        proc.run(["scancel", *map(str, jobs)], check=False)
-        deadline = time.monotonic() + 30  # let their prologs and epilogs finish first
-        while proc.run(["squeue", "-h", "-j", ",".join(map(str, jobs)), "-o", "%i"],
-                       check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.5)
-    for node, info in cluster.status()["health"].items():
-        if info["fault"]:
-            cli(cluster, "devcluster", "fault", node, "--clear")
-    for name, n in nodes(cluster).items():
-        if n.drained and (n.reason.startswith("slurm-ml:")
-                          or n.reason in (ADMIN_REASON, PROLOG_ERROR)):
-            proc.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
-    alarms = json.loads(cli(cluster, "quarantine", "list", "--json", check=False).stdout)
-    for cls in {a["node_class"] for a in alarms["alarms"]}:
-        cli(cluster, "quarantine", "reset", cls)
+    restore_nodes(cluster, CONFIG, jobs, reasons=(ADMIN_REASON,))
 
 
 def test_fault_on_gpu03_drains_it_in_the_prolog_and_the_job_runs_on_gpu04(

@@ -1,0 +1,63 @@
+"""Put the dev cluster's nodes back after a test that drained one, shared by the modules
+that inject GPU faults (test_health, test_install_e2e)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from slurm_ml import proc
+from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.model import Node
+from slurm_ml.slurm.client import CliSlurm
+
+#: What Slurm itself writes when a prolog fails without slurm-ml having drained the node
+#: (only if a test is interrupted mid-prolog).
+PROLOG_ERROR = "Prolog error"
+
+
+def slurm_ml_cli(cluster: DevCluster, config: Path, *args: str) -> proc.Result:
+    """``slurm-ml ARGS`` as an operator on the dev cluster runs it (not checked)."""
+    env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(config)}
+    return proc.run([sys.executable, "-m", "slurm_ml.cli", *args], check=False, env=env,
+                    timeout_s=60)
+
+
+def node_map(cluster: DevCluster) -> dict[str, Node]:
+    return {n.name: n for n in CliSlurm(cluster.runner()).list_nodes()}
+
+
+def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
+                  reasons: Iterable[str] = (), timeout_s: float = 60) -> None:
+    """Cancel ``jobs`` and wait until their prologs and epilogs are over (a prolog still
+    running could drain a node after it was resumed), clear every injected fault, resume
+    nodes drained by slurm-ml, by a failed prolog or for one of ``reasons``, reset the
+    quarantine alarms, and wait until none of those drains is left."""
+    if jobs:
+        ids = ",".join(map(str, jobs))
+        proc.run(["scancel", *map(str, jobs)], check=False)
+        deadline = time.monotonic() + 30
+        while proc.run(["squeue", "-h", "-j", ids, "-o", "%i"],
+                       check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    for node, info in cluster.status()["health"].items():
+        if info["fault"]:
+            slurm_ml_cli(cluster, config, "devcluster", "fault", node, "--clear")
+    alarms = json.loads(slurm_ml_cli(cluster, config, "quarantine", "list", "--json").stdout
+                        or '{"alarms": []}')
+    for cls in {a["node_class"] for a in alarms["alarms"]}:
+        slurm_ml_cli(cluster, config, "quarantine", "reset", cls)
+    ours = {PROLOG_ERROR, *reasons}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [name for name, n in node_map(cluster).items()
+                if n.drained and (n.reason.startswith("slurm-ml:") or n.reason in ours)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"nodes {left} stay drained"
+        for name in left:
+            proc.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
+        time.sleep(1)
