@@ -26,7 +26,9 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
     types = task.types
     on_node: dict[int, list[Task]] = {}
     for other in st.running.values():
-        if other.qos != FREE_QOS:
+        # not one that started this instant: Slurm does not start and preempt a job in
+        # the same pass (the baseline policies order free work among alloc work)
+        if other.qos != FREE_QOS or other.run_start >= st.now:
             continue
         for n, _ in other.alloc:
             if cluster.type_of[n] in types:

@@ -67,6 +67,7 @@ class Scheduler:
         dead = 0  # type sets of which not even one GPU fits: once all are, stop
         kinds = len({types for _, types in st.pending_shapes})
         no_room: dict[tuple[int, ...], int] = {}  # ... not even by preempting free jobs
+        blocked = started_free = False  # an alloc job found no room; free work started
         for i, task in enumerate(st.pending):
             can_preempt = (self.preempt is not None and st.free_running > 0
                            and task.qos == ALLOC_QOS)
@@ -75,51 +76,47 @@ class Scheduler:
                     break
                 continue  # a free job: only alloc jobs behind it may still preempt
             gpus, types = task.spec.gpus, task.types
-            if can_preempt and gpus < no_room.get(types, 1 << 30):
-                alloc = cluster.place(gpus, types)
-                if alloc is None:
-                    alloc = self._preempt_for(task)
+            alloc: Alloc | None = None
+            ends_in_time = res is None or now + task.remaining <= res.at
+            if cluster.free_total > 0 and gpus < fit_any.get(types, 1 << 30):
+                if ends_in_time:
+                    alloc = cluster.place(gpus, types)
+                    if alloc is None:
+                        fit_any[types] = gpus
+                        dead += gpus == 1
+                elif gpus < fit_off.get(types, 1 << 30):
+                    alloc = cluster.place(gpus, types, res.nodes if res else frozenset())
+                    if alloc is None:
+                        fit_off[types] = gpus
+            # Slurm's preempt/qos: only what could start now anyway may preempt, so a
+            # job behind the reservation that would outlast it never takes its nodes.
+            if alloc is None and can_preempt and ends_in_time \
+                    and gpus < no_room.get(types, 1 << 30):
+                alloc = self._preempt_for(task)
                 if alloc is None:
                     no_room[types] = gpus
-                else:
-                    self.start(task, alloc)
-                    started.append(i)
-                    continue
-            if gpus >= fit_any.get(types, 1 << 30):
-                continue
-            if res is None:
-                alloc = cluster.place(gpus, types)
-                if alloc is None:
-                    fit_any[types] = gpus
-                    dead += gpus == 1
+                    blocked = True
+            if alloc is None:
+                if res is None:
                     res = self._reserve(task)
-                    continue
-            elif now + task.remaining <= res.at:
-                alloc = cluster.place(gpus, types)
-                if alloc is None:
-                    fit_any[types] = gpus
-                    dead += gpus == 1
-                    continue
-            else:
-                if gpus >= fit_off.get(types, 1 << 30):
-                    continue
-                alloc = cluster.place(gpus, types, res.nodes)
-                if alloc is None:
-                    fit_off[types] = gpus
-                    continue
+                continue
             self.start(task, alloc)
             started.append(i)
+            started_free = started_free or task.qos != ALLOC_QOS
         pending = st.pending
         for i in reversed(started):
             del pending[i]
         self.reservation = res
-        self.settled = True
+        # Free work this pass started is preemptible from the next pass on: run one then
+        # (slurmctld schedules periodically too), rather than only when something changes.
+        self.settled = not (blocked and started_free)
         if self._stopped:
             assert self.requeued is not None
             for task in self._stopped:
                 self.requeued(task)
             self._stopped.clear()
-            self.settled = cluster.free_total == 0  # a requeued job may fit what is left
+            # a requeued job may fit what is left
+            self.settled = self.settled and cluster.free_total == 0
 
     def _preempt_for(self, task: Task) -> Alloc | None:
         """Requeue the free jobs in ``task``'s way and say where it starts (None: no room)."""

@@ -358,7 +358,7 @@ def targets(summary: Summary) -> list[TargetCheck]:
         _check("occupancy", occupancy, ">=", 0.95,
                f"busy GPU time over {summary.cluster_gpus} GPUs after the "
                f"{summary.warmup_s / 3600:.1f} h warm-up (the simulated cluster starts "
-               "empty)" if steady else
+               "empty)" if steady is not None else
                f"busy GPU time over {summary.cluster_gpus} GPUs x "
                f"{summary.sampled_s / 3600:.1f} h sampled" if occupancy is not None
                else "no samples"),

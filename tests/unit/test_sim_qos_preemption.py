@@ -107,3 +107,26 @@ def test_mark_unallocated_is_seeded_and_leaves_debug_jobs_alone() -> None:
     assert mark_unallocated(trace, 0.0) is trace
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         mark_unallocated(trace, 1.5)
+
+
+def test_free_work_running_does_not_let_alloc_jobs_jump_the_reservation() -> None:
+    cfg = cfg_with(TWO_NODES)
+    jobs = [job(1, "a", 0, 4, 1000), job(2, "a", 0, 1, 500, **FREE),
+            job(3, "b", 10, 8, 600),      # reserved at 1000 on both nodes
+            job(4, "b", 20, 2, 5000)]     # would outlast the reservation
+    got = runs(simulate(cfg, jobs, "fifo"))
+    assert got[3] == (1000, 1600)
+    assert got[4][0] == 1600
+
+
+def test_a_free_job_is_not_started_and_preempted_in_the_same_pass() -> None:
+    cfg = cfg_with(ONE_NODE)
+    jobs = [job(1, "a", 0, 4, 1000), job(2, "a", 10, 4, 1000, **FREE),
+            job(3, "b", 20, 4, 1000)]
+    result = simulate(cfg, jobs, "fifo")
+    got = {o.job_id: o for o in result.jobs}
+    # fifo orders the free job first: it starts at 1000 and is preempted by job 3 at
+    # the next scheduling pass (the 1200 s cycle), not in the pass that started it
+    assert got[2].start_s == 1000
+    assert got[3].start_s == 1200
+    assert got[2].requeues == result.qos_preemptions == 1
