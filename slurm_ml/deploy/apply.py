@@ -19,6 +19,7 @@ from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.deploy.plan import Action, ChangeSet, Kind
 
 Say = Callable[[str], None]
+MANIFEST_MODE = 0o600
 
 
 def write_atomic(path: Path, text: str, mode: int | None) -> None:
@@ -52,7 +53,10 @@ def _apply_one(a: Action) -> None:
     elif a.kind in (Kind.CREATE, Kind.UPDATE):
         assert a.after is not None
         if a.backup is not None and not a.backup.exists():
-            shutil.copy2(a.path, a.backup)
+            shutil.copy2(a.path, a.backup)  # content, mode and times
+            if os.geteuid() == 0:  # and owner, so uninstall puts back exactly that file
+                st = a.path.stat()
+                os.chown(a.backup, st.st_uid, st.st_gid)
         write_atomic(a.path, a.after, a.mode)
     elif a.kind is Kind.EDIT:
         assert a.after is not None
@@ -65,12 +69,16 @@ def _apply_one(a: Action) -> None:
 
 
 def apply(changes: ChangeSet, conf_dir: Path, say: Say) -> None:
-    """Apply every action in order, then write (or remove) the manifest."""
+    """Apply every action in order. An install's manifest is written first, so a run cut
+    short (disk full, a crash) leaves every file it wrote on record: running install
+    again finishes it and uninstall removes them (a record also accepts the content it
+    replaced, see ``FileRecord.previous``). Uninstall removes the manifest last. Mode
+    0600: it holds the hash of slurm-ml.env, whose DSN carries a password."""
+    manifest = conf_dir / MANIFEST_NAME
+    if changes.manifest is not None and (changes.manifest_changed or not manifest.exists()):
+        write_atomic(manifest, changes.manifest.to_json(), MANIFEST_MODE)
     for a in changes.actions:
         say(f"  {a.kind.value:<7} {a.path}" + (f"  ({a.reason})" if a.reason else ""))
         _apply_one(a)
-    manifest = conf_dir / MANIFEST_NAME
     if changes.manifest is None:
         manifest.unlink(missing_ok=True)
-    elif changes.manifest_changed or not manifest.exists():
-        write_atomic(manifest, changes.manifest.to_json(), 0o644)

@@ -42,8 +42,10 @@ def _quiet(_msg: str) -> None:
 def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest | None,
                conflicts: tuple[slurmconf.Conflict, ...]) -> ConfPlan:
     base = conf_text
+    stale: tuple[str, ...] = ()
     if manifest is not None and manifest.slurm_conf is not None:
-        base = slurmconf.revert_edits(conf_text, manifest.slurm_conf).text
+        reverted = slurmconf.revert_edits(conf_text, manifest.slurm_conf)
+        base, stale = reverted.text, reverted.not_found
     names = [part.name for part in cfg.cluster.partitions]
     parts = slurmconf.plan_partitions(base, str(p.slurm_conf), names,
                                       render.billing_weights(cfg))
@@ -57,7 +59,7 @@ def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest
                        f"install manifest: remove that line, then install again")
     after, newline_added = slurmconf.apply_edits(base, p.include_line, parts.edits)
     edits = slurmconf.ConfEdits(p.include_line, newline_added, parts.edits)
-    return ConfPlan(p.slurm_conf, conf_text, after, edits, conflicts + parts.conflicts)
+    return ConfPlan(p.slurm_conf, conf_text, after, edits, conflicts + parts.conflicts, stale)
 
 
 def _accounts_plan(cfg: Config, run: SlurmRunner | None) -> AccountsReport:

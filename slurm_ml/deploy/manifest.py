@@ -32,6 +32,12 @@ class FileRecord:
     sha256: str
     mode: int
     backup: str = ""  # manifest key of the pre-install file kept aside ("" = none)
+    # the hash install wrote before this one: an update cut short (a failed apply) leaves
+    # that content, which is still install's own, not a local change
+    previous: str = ""
+
+    def written_by_install(self, digest: str) -> bool:
+        return digest in (self.sha256, self.previous) and bool(digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,8 @@ class Manifest:
             "written_by": "slurm-ml install",
             "config": self.config,
             "files": {k: {"sha256": r.sha256, "mode": f"{r.mode:04o}",
-                          **({"backup": r.backup} if r.backup else {})}
+                          **({"backup": r.backup} if r.backup else {}),
+                          **({"previous": r.previous} if r.previous else {})}
                       for k, r in sorted(self.files.items())},
             "dirs": list(self.dirs),
         }
@@ -68,7 +75,7 @@ class Manifest:
             if doc.get("version") != VERSION:
                 raise ValueError(f"unknown version {doc.get('version')!r}")
             files = {str(k): FileRecord(str(v["sha256"]), int(str(v["mode"]), 8),
-                                        str(v.get("backup", "")))
+                                        str(v.get("backup", "")), str(v.get("previous", "")))
                      for k, v in doc["files"].items()}
             conf = None
             if doc.get("slurm_conf"):

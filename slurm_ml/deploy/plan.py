@@ -77,6 +77,7 @@ class ConfPlan:
     after: str
     edits: ConfEdits
     conflicts: tuple[Conflict, ...] = ()
+    stale: tuple[str, ...] = ()  # lines of the last install's edits no longer in slurm.conf
 
 
 @dataclass(slots=True)
@@ -137,7 +138,7 @@ def plan_install(
             backup = key_of(bpath, conf_dir)
             b.actions.append(Action(Kind.UPDATE, path, cur.text, text, mode, backup=bpath,
                                     reason="replaces a file slurm-ml did not write"))
-        elif sha256(cur.data) != rec.sha256:
+        elif not rec.written_by_install(sha256(cur.data)):
             if not b.refuse(f"{path} was changed since slurm-ml installed it (sha256 differs "
                             f"from the manifest)"):
                 records[key] = rec
@@ -147,13 +148,19 @@ def plan_install(
         elif cur.data != data or cur.mode != mode:
             reason = "changed" if cur.data != data else f"mode {_mode(cur)} -> {mode:04o}"
             b.actions.append(Action(Kind.UPDATE, path, cur.text, text, mode, reason=reason))
-        records[key] = FileRecord(sha256(data), mode, backup)
+        digest = sha256(data)
+        previous = (rec.previous if rec.sha256 == digest else rec.sha256) if rec else ""
+        records[key] = FileRecord(digest, mode, backup, previous)
     wanted_keys = {key_of(p, conf_dir) for p, _, _ in wanted}
     for key, rec in old.files.items():
         if key not in wanted_keys:
             _plan_removal(b, key, rec, current, conf_dir=conf_dir, keep=records)
     for c in conf.conflicts:
         b.refuse("conflicting setting: " + c.describe())
+    for line in conf.stale:
+        b.refuse(f"{conf.path}: a line install edited was changed locally since, so "
+                 f"uninstall could no longer restore it: {line} (put it back, or --force "
+                 "to forget that edit)")
     if conf.after != conf.before:
         b.actions.append(Action(Kind.EDIT, conf.path, conf.before, conf.after,
                                 reason="Include line and partition TRESBillingWeights"))
@@ -168,7 +175,7 @@ def _plan_removal(b: _Builder, key: str, rec: FileRecord, current: Mapping[Path,
     cur = current.get(path, Current())
     bpath = path_of(rec.backup, conf_dir) if rec.backup else None
     has_backup = bpath is not None and current.get(bpath, Current()).data is not None
-    if cur.data is not None and sha256(cur.data) != rec.sha256 and not b.refuse(
+    if cur.data is not None and not rec.written_by_install(sha256(cur.data)) and not b.refuse(
             f"{path} was changed since slurm-ml installed it: not removed"):
         keep[key] = rec
         return

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_ml.deploy.plan import Action, ChangeSet, Kind
 
+_DSN_PASSWORD = re.compile(r"(://[^:/@\s'\"]+:)[^@\s'\"]+@")
+
+
+def redact(text: str) -> str:
+    """Passwords in DSNs (``scheme://user:secret@host``) replaced by ``***``: diffs of
+    slurm-ml.env end up in terminals and CI logs."""
+    return _DSN_PASSWORD.sub(r"\1***@", text)
+
 
 def unified(a: Action) -> str:
-    """The action as a unified diff (a mode-only change as a one-line note)."""
+    """The action as a unified diff (a mode-only change as a one-line note), with DSN
+    passwords redacted."""
+    return redact(_unified(a))
+
+
+def _unified(a: Action) -> str:
     if a.kind in (Kind.MKDIR, Kind.RMDIR):
         return f"{a.kind.value} {a.path}\n"
     before = (a.before or "").splitlines(keepends=True)

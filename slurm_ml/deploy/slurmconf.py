@@ -20,6 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slurm_ml.deploy.errors import BadInput
+
 #: Settings whose value is a comma list: merged with the admin's, not replaced.
 LIST_KEYS = frozenset({"schedulerparameters", "prologflags", "accountingstoragetres",
                        "jobsubmitplugins"})
@@ -198,6 +200,10 @@ def plan_partitions(text: str, source: str, names: Sequence[str], weights: str) 
         if name is None or name not in names or name in found:
             continue
         found.add(name)
+        if line.rstrip().endswith("\\"):
+            raise BadInput(f"{source}:{i}: PartitionName={name} continues on the next line "
+                           "(a trailing backslash); put it on one line so slurm-ml can "
+                           "manage its TRESBillingWeights")
         body = strip_comment(line)
         comment = line[len(body):]
         m = re.search(r'(?i)\bTRESBillingWeights=("[^"]*"|\S*)', body)
@@ -243,13 +249,14 @@ def revert_edits(text: str, edits: ConfEdits) -> Reverted:
     lines = text.split("\n")
     missing: list[str] = []
     for e in edits.partitions:
-        if not _replace_line(lines, e.after, e.before):
+        # neither our line nor the original: changed since (the original alone: the edit
+        # never landed, e.g. an install cut short; nothing to undo)
+        if not _replace_line(lines, e.after, e.before) and e.before not in lines:
             missing.append(e.after)
-    # The Include line: the last line equal to it (admins may append after it).
+    # The Include line: the last line equal to it (admins may append after it). Gone
+    # (never written, or removed by the admin): nothing to undo.
     at = max((i for i, line in enumerate(lines) if line == edits.include_line), default=None)
-    if at is None:
-        missing.append(edits.include_line)
-    else:
+    if at is not None:
         del lines[at]
         if edits.newline_added and at == len(lines) - 1 and lines[-1] == "":
             # "...last\nInclude x\n" → "...last" + "" : drop the newline we added.
