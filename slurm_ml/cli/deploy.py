@@ -97,7 +97,8 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
                    "(default: this one).")
 @click.option("--dsn", default=None,
               help="PostgreSQL DSN written to slurm-ml.env (default $SLURM_ML_DSN; none: "
-                   "store.dsn of the config).")
+                   "store.dsn of the config). Prefer $SLURM_ML_DSN: a command line, "
+                   "password included, is visible to every user in ps.")
 @click.option("--health-check-interval", default=300, show_default=True,
               type=click.IntRange(min=0),
               help="HealthCheckInterval in seconds; 0 sets HealthCheckProgram but never "
