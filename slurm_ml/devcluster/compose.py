@@ -37,6 +37,7 @@ shared paths, and starting each daemon in the foreground.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -54,7 +55,6 @@ from slurm_ml.deploy import install as deploy
 from slurm_ml.devcluster import daemons, platform
 from slurm_ml.devcluster import health as node_health
 from slurm_ml.devcluster.cluster import (
-    CRED_EXPIRE_S,
     MYSQL_DB,
     MYSQL_USER,
     PG_DB,
@@ -216,41 +216,21 @@ class Role:
 
     # ------------------------------------------------------------------ init
     def site(self) -> render.SiteParams:
-        """render.py's site parameters for the containers (``slurm-ml install`` adds
-        slurm-ml's own settings through its ``slurm-ml.conf`` include)."""
-        lay, ports = self.layout, self.layout.ports
-        return render.SiteParams(
+        """The one-host dev cluster's site parameters (:meth:`DevCluster.site`), with
+        each daemon on its own compose host (``slurm-ml install`` adds slurm-ml's own
+        settings through its ``slurm-ml.conf`` include)."""
+        return dataclasses.replace(
+            self.cluster.site(),
             controller_host=HOSTS.ctld,
-            state_dir=str(lay.root),
-            run_dir=str(lay.run),
-            log_dir=str(lay.log),
-            gpu_dev_dir=str(lay.dev),
-            auth_info=f"socket={lay.munge_socket},cred_expire={CRED_EXPIRE_S}",
-            slurm_user="root",
-            slurmctld_port=ports.slurmctld,
-            slurmd_port=ports.slurmd,
-            slurmdbd_port=ports.slurmdbd,
             dbd_host=HOSTS.dbd,
-            mysql_port=ports.mysql,
-            mysql_user=MYSQL_USER,
-            mysql_password=self.cluster._secrets().mysql_password,
-            mysql_db=MYSQL_DB,
+            mysql_host=HOSTS.mariadb,
+            node_addr="",  # every node is its own container on the default slurmd port
+            node_port_base=0,
             header="docker compose cluster; re-rendered by its init service.",
-            # A job requeued after a failed prolog is started by backfill: look every 5 s.
-            scheduler_extra="bf_interval=5",
         )
 
     def render(self) -> dict[str, str]:
-        files = render.render_all(self.cfg, self.site())
-        # slurmdbd.conf.tmpl has MariaDB on slurmdbd's own host; here it has its own.
-        dbd = files["slurmdbd.conf"]
-        if "StorageHost=127.0.0.1" not in dbd:
-            raise platform.DevClusterError(
-                "conf/slurmdbd.conf.tmpl no longer says StorageHost=127.0.0.1; "
-                "update slurm_ml/devcluster/compose.py")
-        files["slurmdbd.conf"] = dbd.replace("StorageHost=127.0.0.1",
-                                             f"StorageHost={HOSTS.mariadb}")
-        return files
+        return render.render_all(self.cfg, self.site())
 
     def hook_env(self) -> dict[str, str]:
         """The dev cluster's hook settings (replayed captures, fake GPU devices, per-node

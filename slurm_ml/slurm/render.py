@@ -52,6 +52,7 @@ class SiteParams:
     dbd_host: str = "localhost"
     node_addr: str = ""  # non-empty: every node runs on this host (multiple-slurmd)
     node_port_base: int = 0  # non-zero: node i listens on node_port_base + i
+    mysql_host: str = "127.0.0.1"  # slurmdbd's MariaDB (another host under compose)
     mysql_port: int = 3306
     mysql_user: str = "slurm"
     mysql_password: str = ""
