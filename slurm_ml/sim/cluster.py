@@ -120,6 +120,14 @@ class Cluster:
                 break
         return tuple(out)
 
+    def whole_free(self, gpu_type: int, gpus_per_node: int) -> int:
+        """Entirely free nodes of this GPU type and size (the gangs' candidates)."""
+        try:
+            gi = self._groups.index((gpu_type, gpus_per_node))
+        except ValueError:
+            return 0
+        return sum(len(nodes) for nodes in self._whole[gi].values())
+
     def take(self, alloc: Alloc) -> None:
         for n, g in alloc:
             self._move(n, self.free[n] - g)

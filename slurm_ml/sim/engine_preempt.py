@@ -66,8 +66,8 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
         for item in whole:
             n = item[1]
             by_group.setdefault((cluster.type_of[n], cluster.gpn[n]), []).append(item)
-        for (_, gpn), items in by_group.items():
-            need = math.ceil(gpus / gpn) - _whole_free(st, task, gpn)
+        for (gtype, gpn), items in by_group.items():
+            need = math.ceil(gpus / gpn) - cluster.whole_free(gtype, gpn)
             if need <= 0 or len(items) < need:
                 continue
             for _, _, tasks in sorted(items)[:need]:
@@ -87,10 +87,3 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
 def _held_on(task: Task, node: int) -> int:
     return sum(g for n, g in task.alloc if n == node)
 
-
-def _whole_free(st: SimState, task: Task, gpn: int) -> int:
-    """Nodes of ``task``'s types with ``gpn`` GPUs that are entirely free already."""
-    cluster = st.cluster
-    return sum(1 for n in range(len(cluster.names))
-               if cluster.type_of[n] in task.types and cluster.gpn[n] == gpn
-               and cluster.free[n] == gpn)

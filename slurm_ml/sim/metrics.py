@@ -252,6 +252,14 @@ def _team_summary(team: str, result: SimResult, *, jobs: Sequence[JobOutcome],
         slowdown_p50=percentile(slow, 50), slowdown_p90=percentile(slow, 90))
 
 
+def _occupancy(spans: Sequence[tuple[CycleSample, float]], gpus: int) -> float | None:
+    """Busy GPU time over ``gpus`` x the time ``spans`` cover (None: nothing sampled)."""
+    sampled = sum(d for _, d in spans)
+    if sampled <= 0 or gpus <= 0:
+        return None
+    return sum(sum(s.busy_gpus.values()) * d for s, d in spans) / (gpus * sampled)
+
+
 def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
               warmup_s: float | None = None) -> Summary:
     """Reduce a run to its headline numbers (definitions in the module docstring).
@@ -271,10 +279,7 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
     waits[ALL] = _wait_stats(jobs, result.end_s)
     never = [_wait_or_censored(j, result.end_s) for j in jobs if j.start_s is None]
 
-    occupancy: float | None = None
-    if sampled > 0 and result.cluster_gpus > 0:
-        busy = sum(sum(s.busy_gpus.values()) * d for s, d in spans)
-        occupancy = busy / (result.cluster_gpus * sampled)
+    occupancy = _occupancy(spans, result.cluster_gpus)
     free_time = sum(d for s, d in spans if s.free_gpus > 0)
     fragmentation = (sum(s.fragmented_gpus / s.free_gpus * d for s, d in spans
                          if s.free_gpus > 0) / free_time) if free_time > 0 else None
@@ -283,11 +288,7 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
     for s, _ in spans:
         names |= set(s.busy_gpus) | set(s.pending_gpus) | set(s.owed_gpu_h)
     warm_spans = intervals(result.samples, min(a + warm, b), b)
-    warm_sampled = sum(d for _, d in warm_spans)
-    steady: float | None = None
-    if warm_sampled > 0 and result.cluster_gpus > 0:
-        steady = (sum(sum(s.busy_gpus.values()) * d for s, d in warm_spans)
-                  / (result.cluster_gpus * warm_sampled))
+    steady = _occupancy(warm_spans, result.cluster_gpus)
     teams = tuple(_team_summary(t, result, jobs=jobs, spans=spans, warm=warm_spans)
                   for t in sorted(names))
 
