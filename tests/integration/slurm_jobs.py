@@ -1,7 +1,9 @@
-"""Reading a job's state back from the real slurmctld, shared by the integration modules."""
+"""Submitting jobs as a researcher and reading their state back from the real slurmctld,
+shared by the integration modules."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from slurm_ml import proc
@@ -24,3 +26,13 @@ def wait_state(job_id: int, states: set[str], timeout_s: float = 90) -> dict[str
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} still {fields['JobState']}: {fields}")
         time.sleep(1)
+
+
+def sbatch(user: str, *args: str, jobs: list[int]) -> int:
+    """``sbatch ARGS`` as ``user`` (output discarded); the id is appended to ``jobs``."""
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", *args], check=False, timeout_s=30)
+    assert res.returncode == 0, res.stderr
+    jobs.append(int(res.stdout.strip().split(";")[0]))
+    return jobs[-1]

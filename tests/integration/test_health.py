@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_restore import node_map, restore_nodes
-from slurm_jobs import show, wait_state
+from node_restore import node_map, restore_nodes, slurm_ml_cli
+from slurm_jobs import sbatch, show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.config import load_config
@@ -46,9 +45,7 @@ def cluster(slurm_conf: str) -> DevCluster:
 
 def cli(cluster: DevCluster, *args: str, check: bool = True) -> proc.Result:
     """``slurm-ml ARGS`` as an operator on the dev cluster runs it."""
-    env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(CONFIG)}
-    res = proc.run([sys.executable, "-m", "slurm_ml.cli", *args], check=False, env=env,
-                   timeout_s=60)
+    res = slurm_ml_cli(cluster, CONFIG, *args)
     if check:
         assert res.returncode == 0, f"slurm-ml {' '.join(args)}: {res.stdout}{res.stderr}"
     return res
@@ -80,15 +77,6 @@ def wait_idle(cluster: DevCluster, *names: str, timeout_s: float = 60) -> None:
             return
         assert time.monotonic() < deadline, f"jobs {out} still on {names}"
         time.sleep(1)
-
-
-def sbatch(user: str, *args: str, jobs: list[int]) -> int:
-    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
-    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
-                    "--output=/dev/null", *args], check=False, timeout_s=30)
-    assert res.returncode == 0, res.stderr
-    jobs.append(int(res.stdout.strip().split(";")[0]))
-    return jobs[-1]
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from node_restore import restore_nodes
-from slurm_jobs import show
+from node_restore import restore_nodes, slurm_ml_cli
+from slurm_jobs import sbatch, show
 
 from slurm_ml import proc
 from slurm_ml.config import load_config
@@ -42,15 +42,6 @@ def jobs() -> Iterator[list[int]]:
     yield ids
     if ids:
         proc.run(["scancel", *map(str, ids)], check=False)
-
-
-def sbatch(user: str, *args: str, jobs: list[int]) -> int:
-    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
-    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
-                    "--output=/dev/null", *args], check=False, timeout_s=30)
-    assert res.returncode == 0, res.stderr
-    jobs.append(int(res.stdout.strip().split(";")[0]))
-    return jobs[-1]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> proc.Result:
@@ -114,8 +105,8 @@ def test_a_submitted_job_is_widened_by_admission(cluster: DevCluster,
 
 def test_an_injected_gpu_fault_drains_the_node_through_the_prolog(
         cluster: DevCluster, jobs: list[int]) -> None:
-    env = {**cluster.env_exports(), "SLURM_ML_CONFIG": str(CONFIG)}
-    assert cli("devcluster", "fault", "gpu03", NVLINK_DOWN, env=env).returncode == 0
+    assert slurm_ml_cli(cluster, CONFIG, "devcluster", "fault", "gpu03",
+                        NVLINK_DOWN).returncode == 0
     try:
         job = sbatch("alice", f"--job-name=inst-{uuid.uuid4().hex[:8]}", "-w", "gpu03",
                      "--gres=gpu:a100_40g:8", "-t", "2", "--wrap", "sleep 1", jobs=jobs)
