@@ -1,7 +1,7 @@
 """Prolog cost: wall time and peak memory of one health prolog on an 8-GPU node.
 
 The probe is a ReplayProbe over the real 8x H100 ``nvidia-smi -q`` capture and the
-8x H100 ``topo -m`` matrix from ../shared/data/gpu (re-read and re-parsed on every run,
+8x H100 ``topo -m`` matrix from data/gpu (re-read and re-parsed on every run,
 as a node without Python NVML would), Slurm and PostgreSQL are the stateful fakes: this
 measures slurm-ml's own work, not slurmctld's or the database's. The example config is
 used with gpu01's GPU type given 18 NVLinks, so that the H100 capture is a healthy node
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GPU = REPO.parent / "shared" / "data" / "gpu"
+GPU = REPO / "data" / "gpu"
 CAPTURES = [GPU / "smi-q" / "gpud_h100x8_535.183.01_q.txt",
             GPU / "topo" / "mleng_h100x8_nv18_topo.txt"]
 

@@ -1,6 +1,6 @@
 """Simulator speed: simulated days per wall-clock second, and peak memory.
 
-Replays the real Philly trace (``traces/pollux_philly/philly.csv`` of the shared data kit:
+Replays the real Philly trace (``traces/pollux_philly/philly.csv`` shipped in ``slurm_ml/data/``:
 82k jobs over 109 days, 15 VCs = teams) on a 1,000-GPU cluster (125 nodes x 8 GPUs,
 budgets proportional to ``philly_vc.csv``) under a policy, and reports how many
 simulated days one wall-clock second covers, the peak RSS, and with ``--profile`` where

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-#: The two QOS of allocated vs unallocated work (DESIGN.md): charged and protected for
+#: The two QOS of allocated vs unallocated work (docs/design.md): charged and protected for
 #: the job's --time-min, or uncharged and preemptible by requeue.
 ALLOC_QOS = "alloc"
 FREE_QOS = "free"

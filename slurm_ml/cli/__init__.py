@@ -494,7 +494,7 @@ def devcluster_status(state_dir: str | None, config_path: str | None, as_json: b
 def devcluster_fault(node: str, capture: str | None, *, clear: bool, state_dir: str | None,
                      config_path: str | None, as_json: bool) -> None:
     """Inject a fault on dev node NODE: CAPTURE (a path, or a file of the data kit under
-    ../shared/data/gpu, e.g. azhc_a100_gpu6_nvlink_status_all_inactive.txt) replaces the
+    data/gpu, e.g. azhc_a100_gpu6_nvlink_status_all_inactive.txt) replaces the
     node's replayed capture of the same kind. --clear restores the healthy ones.
 
     The next prolog or periodic check on NODE sees it. Exit codes: 0 done; 2 unknown

@@ -36,7 +36,7 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
                    "then conf/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
 @click.option("--trace", "spec", default="philly", show_default=True,
               help="KIND[:PATH][?KEY=VALUE]: philly, chronus, gavel, tiresias, "
-                   "pollux?duration_s=N (default paths under ../shared/data/traces).")
+                   "pollux?duration_s=N (default: the traces shipped in slurm_ml/data/).")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(POLICIES),
               help="Policy to run (repeat to compare side by side; default: all four).")
 @click.option("--start-hours", type=float, default=0.0, show_default=True,

@@ -119,7 +119,7 @@ class HealthStep:
 
 
 #: The fault the health demo injects: an A100 whose GPU 6 has every NVLink down (Azure HPC
-#: health checks' bad_nvlink_status.txt, in ../shared/data/gpu/nvlink/).
+#: health checks' bad_nvlink_status.txt, in data/gpu/nvlink/).
 DEMO_FAULT = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 
 

@@ -2,7 +2,7 @@
 environment the Prolog/Epilog wrappers read.
 
 The dev nodes have no GPUs, so their probe is ``ReplayProbe`` over real captures from
-``../shared/data/gpu`` (``$SLURM_ML_GPU_DATA`` elsewhere), copied into
+the checkout's ``data/gpu`` (``$SLURM_ML_GPU_DATA`` elsewhere), copied into
 ``.devcluster/health/<node>/``; the hooks find them through ``$SLURM_ML_REPLAY_DIR``.
 Each node starts with the healthy captures of its class (:func:`healthy_captures`).
 
@@ -74,12 +74,17 @@ FAULT_FILE = ".fault"
 HOOK_TIMEOUT_S = 50
 
 
+#: The checkout's real GPU captures (``data/gpu``; origins in ``data/SOURCES.md``). The
+#: wheel does not ship them, so an installed package needs ``$SLURM_ML_GPU_DATA``.
+CHECKOUT_GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
+
+
 def gpu_data_dir() -> Path:
-    """The real captures: ``$SLURM_ML_GPU_DATA``, else ``../shared/data/gpu`` of the repo."""
+    """The real captures: ``$SLURM_ML_GPU_DATA``, else the checkout's ``data/gpu``."""
     env = os.environ.get("SLURM_ML_GPU_DATA")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+    return CHECKOUT_GPU_DATA
 
 
 def healthy_captures(node_class: NodeClass, nvlink_links: int) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ Three layers, so that everything but the last few lines runs without a GPU:
   whole run under a watchdog. ``slurm_ml.health.fake_nvml.FakeNvml`` is the stateful fake
   tests pass in (built from a replayed capture).
 
-Guarding, per call (DESIGN.md "GPU health", research §2.2):
+Guarding, per call (docs/design.md "GPU health", research §2.2):
 
 ====================================  =====================================================
 NVML answers                          reading / record

@@ -2,7 +2,7 @@
 
 slurmd runs Prolog/Epilog with SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_USER,
 SLURM_JOB_UID and, for jobs with GPUs bound through gres.conf ``File=``, SLURM_JOB_GPUS
-(and CUDA_VISIBLE_DEVICES) as host GPU indices (DESIGN.md "Prolog failure"). slurm-ml
+(and CUDA_VISIBLE_DEVICES) as host GPU indices (docs/design.md "Prolog failure"). slurm-ml
 treats those indices as NVML indices; ``Gpu.minor_number`` can tell them apart on nodes
 where the two orders differ.
 """

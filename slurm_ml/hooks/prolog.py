@@ -1,6 +1,6 @@
 """The Slurm Prolog: prove the job's GPUs healthy before the job starts.
 
-Exit code contract (slurmd acts on it, DESIGN.md "Prolog failure"):
+Exit code contract (slurmd acts on it, docs/design.md "Prolog failure"):
 
 * 0: the job may start. Also whenever slurm-ml did not take the node out of service:
   a failing prolog makes Slurm drain the node itself ("Prolog error"), which would

@@ -90,7 +90,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Every Slurm command a hook runs is killed after this (DESIGN.md: "any scontrol call
+#: Every Slurm command a hook runs is killed after this (docs/design.md: "any scontrol call
 #: from a prolog must have a short timeout").
 SLURM_TIMEOUT_S = 5.0
 #: The longest a hook waits for PostgreSQL to accept a connection (store.connect_timeout_s

@@ -2,7 +2,7 @@
 
 Slurm preempts by QOS tier, never by fair share (research §1.6), so a week-long job of an
 over-served allocation would otherwise hold its GPUs while an under-served one waits. The
-contract (Ai2, DESIGN.md): a job's minimum runtime is protected; after it, a *resumable*
+contract (Ai2, docs/design.md): a job's minimum runtime is protected; after it, a *resumable*
 allocated job of an over-served allocation may be requeued for a *starved* job of an
 under-served one. Guards, each from a system that learned it the hard way:
 

@@ -1,7 +1,7 @@
 """Loaders for the CSV job traces: Philly (Pollux's extract), Chronus, Tiresias, Pollux.
 
 Each reads only the columns it needs, checks them strictly (trace_base.Row) and turns
-a row into one job. Columns and units are the ones ``shared/data/SOURCES.md``
+a row into one job. Columns and units are the ones ``slurm_ml/data/SOURCES.md``
 documents for each file; nothing is filled in that the file does not say, except
 where a docstring below names the assumption.
 """

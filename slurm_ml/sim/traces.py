@@ -3,8 +3,8 @@
 The loaders live in ``trace_*`` modules (one per file family); this module is the one
 place callers import from. A spec is ``KIND[:PATH][?KEY=VALUE&...]``, e.g. ``philly``,
 ``philly:/data/philly.csv``, ``gavel:/data/seed=1?fallback=nearest``,
-``pollux?duration_s=3600``. Without a PATH the kind's file in the shared data kit is
-used (see :func:`default_data_dir`).
+``pollux?duration_s=3600``. Without a PATH the kind's file in the traces shipped with
+the package is used (see :func:`default_data_dir`).
 """
 
 from __future__ import annotations
@@ -85,13 +85,17 @@ _OPTIONS: Mapping[str, tuple[str, ...]] = {
 }
 
 
+#: The traces the package ships (``slurm_ml/data/``, origins in its SOURCES.md).
+PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
 def default_data_dir() -> Path:
-    """``$SLURM_ML_DATA_DIR`` if set, else ``<repo>/../shared/data`` (the data kit sits
-    beside the checkout; ``<repo>`` is found from this file, not the working dir)."""
+    """``$SLURM_ML_DATA_DIR`` if set, else the traces shipped inside the package
+    (:data:`PACKAGED_DATA`), so an installed slurm-ml simulates without a checkout."""
     env = os.environ.get("SLURM_ML_DATA_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return PACKAGED_DATA
 
 
 def default_vc_nodes() -> dict[str, int]:

@@ -1,6 +1,6 @@
 """CliSlurm: the real Slurm boundary, through the Slurm command-line tools.
 
-pyslurm cannot be installed for the Slurm versions we run (DESIGN.md), so
+pyslurm cannot be installed for the Slurm versions we run (docs/design.md), so
 every call is a CLI through :class:`SlurmRunner`: JSON where the version has
 it, ``scontrol -o`` one-liners otherwise.
 """

@@ -1,4 +1,4 @@
-"""Slurm version facts that change how we talk to it (see DESIGN.md)."""
+"""Slurm version facts that change how we talk to it (see docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``slurm-ml health check --from-nvidia-smi DIR``: verdicts and exit codes on real captures.
 
-Each test copies captures from ../shared/data/gpu into a temporary directory.
+Each test copies captures from data/gpu into a temporary directory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(REPO / "conf" / "slurm-ml.yaml")
-GPU_DATA = REPO.parent / "shared" / "data" / "gpu"
+GPU_DATA = REPO / "data" / "gpu"
 
 
 def captures(tmp: Path, *rels: str) -> str:

@@ -18,7 +18,7 @@ from slurm_ml.cli import main
 from slurm_ml.store.spool import Spool
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_DATA = REPO.parent / "shared" / "data" / "gpu"
+GPU_DATA = REPO / "data" / "gpu"
 A100 = ("nvlink/gpud_a100x8_nvlink_status.txt", "topo/mleng_a100x8_nv12_topo.txt")
 NVLINK_DOWN = "nvlink/azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 #: Every variable the hooks read, unset unless a test sets it (``make test`` exports the

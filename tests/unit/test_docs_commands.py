@@ -71,7 +71,6 @@ class Run:
     exit_code: int = 0
     files: dict[str, str] = field(default_factory=dict)  # scratch files to create
     conf_dir: bool = False  # swap /etc/slurm etc. for a scratch Slurm conf dir
-    needs_shared: bool = False  # reads ../shared (traces); skipped where it is absent
 
 
 _SCRIPT = "#!/bin/bash\n#SBATCH --time=60\nsrun python train.py\n"
@@ -88,7 +87,7 @@ RUN: dict[str, Run] = {
     "slurm-ml submit-check --user alice --json -- --gres=gpu:6 -N2 --wrap srun python train.py":
         Run(exit_code=1),
     "slurm-ml submit-check --user alice -- --gres=gpu:a100_40g:8 --wrap nvidia-smi": Run(),
-    "slurm-ml sim --policy budget --policy fifo --hours 1 --gpus 64": Run(needs_shared=True),
+    "slurm-ml sim --policy budget --policy fifo --hours 1 --gpus 64": Run(),
     "slurm-ml install --config /etc/slurm-ml/slurm-ml.yaml --slurm-conf-dir /etc/slurm "
     "--python /opt/slurm-ml/venv/bin/python --dry-run --diff": Run(conf_dir=True),
     "slurm-ml uninstall --slurm-conf-dir /etc/slurm --dry-run": Run(conf_dir=True, exit_code=0),
@@ -130,7 +129,7 @@ PARSE_ONLY: dict[tuple[str, ...], str] = {
     ("submitd-ctl",): "needs a running submitd; the socket protocol is covered by "
                       "tests/unit/test_submitd_socket.py",
     ("health", "check"): "needs the reader's own nvidia-smi captures; the captures of "
-                         "../shared are judged in tests/unit/test_health_captures.py",
+                         "data/gpu are judged in tests/unit/test_health_captures.py",
     ("sim",): "a full week takes minutes; a one-hour run of the same options is in RUN",
     ("devcluster", "up"): "brings up the whole dev cluster (make demo / make test do)",
     ("devcluster", "down"): "stops the dev cluster",
@@ -437,8 +436,6 @@ def test_run_offline(key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     cmd = next((c for c in SLURM_ML if c.key == key), None)
     if cmd is None:
         pytest.skip("not in any doc (test_every_run_entry_is_in_a_doc fails)")
-    if run.needs_shared and not (REPO.parent / "shared" / "data" / "traces").is_dir():
-        pytest.skip("../shared/data/traces is not here")
     scratch = tmp_path / "cwd"
     scratch.mkdir()
     (scratch / "conf").symlink_to(REPO / "conf")

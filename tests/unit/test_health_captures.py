@@ -1,4 +1,4 @@
-"""The checks on every real capture in ../shared/data/gpu: one row per capture file.
+"""The checks on every real capture in data/gpu: one row per capture file.
 
 Each row replays ONE capture through ``ReplayProbe`` and ``check_node`` with the
 expectations of the hardware it was taken on, and lists the EXACT findings (check id,
@@ -29,7 +29,7 @@ from slurm_ml.health.checks import Expectations, Finding, Severity, Thresholds, 
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.replay.errors import CaptureError
 
-GPU_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 DRAIN, AFTER, FLAG = Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.FLAG
 Row = tuple[str, Severity, int | None]
 
@@ -55,7 +55,7 @@ LOG_ONLY = Expectations(gpu_count=0)
 
 @dataclass(frozen=True)
 class Case:
-    path: str  # under ../shared/data/gpu
+    path: str  # under data/gpu
     exp: Expectations
     want: list[Row]  # sorted as check_node sorts: severity, GPU, check id
     verdict: str  # FAULTY | FLAGGED | APP | HEALTHY

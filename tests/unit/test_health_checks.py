@@ -693,7 +693,7 @@ def test_xid_follow_up_evidence_names_the_reported_code() -> None:
 
 
 def test_xid_lists_follow_design() -> None:
-    assert {48, 62, 64, 74, 79, 95, 119, 120} <= XID_DRAIN  # DESIGN.md
+    assert {48, 62, 64, 74, 79, 95, 119, 120} <= XID_DRAIN  # docs/design.md
     assert {13, 31, 43, 45} <= XID_IGNORE
     assert not XID_DRAIN & XID_IGNORE
     with pytest.raises(ValueError, match="both"):

@@ -23,7 +23,7 @@ from slurm_ml.store.errors import StoreUnavailable
 from slurm_ml.store.protocol import Store, WriteOutcome
 from slurm_ml.store.records import derive_key
 
-GPU_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 A100 = ("nvlink/gpud_a100x8_nvlink_status.txt", "topo/mleng_a100x8_nv12_topo.txt")
 NVLINK_DOWN = "nvlink/azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 DEFAULT = Path("/repo/conf/slurm-ml.yaml")

@@ -12,7 +12,7 @@ from slurm_ml.health.probe_kernel_log import KernelLogXids
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.hooks.xidmark import read_mark, write_mark
 
-REAL_LOG = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gpu" / "xid"
+REAL_LOG = (Path(__file__).resolve().parents[2] / "data" / "gpu" / "xid"
             / "gpud_dmesg_h100_xid119_gsp_timeout.log")
 # An Xid line as `dmesg --time-format iso` prints it, on GPU 3 of hooks_helpers' node
 # (bus 0x37) and one on GPU 5 (bus 0x57): ISO times give epoch seconds.

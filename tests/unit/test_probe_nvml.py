@@ -1,6 +1,6 @@
 """NvmlProbe driven by FakeNvml: round trips over real captures, watchdog, error mapping.
 
-The round-trip rows are real captures in ../shared/data/gpu (see SOURCES.md): each is read
+The round-trip rows are real captures in data/gpu (see SOURCES.md): each is read
 with the replay parser, served by FakeNvml, read back through NvmlProbe, and must come
 out equal on every field NVML produces. Faults (hangs, NVML error codes) are injected
 through FakeNvml's knobs; the snapshots they act on are still the real captures, except
@@ -48,7 +48,7 @@ from slurm_ml.health.snapshot import (
     RemappedRows,
 )
 
-GPU_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 NS = NOT_SUPPORTED
 
 #: Gpu fields NvmlProbe does not read (nvidia-smi -q only, or other captures).

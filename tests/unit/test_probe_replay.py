@@ -1,6 +1,6 @@
 """ReplayProbe: captures recognised by content, read, merged into one NodeSnapshot.
 
-Directories are built in tmp_path from the real captures in ../shared/data/gpu; inputs
+Directories are built in tmp_path from the real captures in data/gpu; inputs
 written inside a test are marked as constructed.
 """
 
@@ -18,7 +18,7 @@ from slurm_ml.health.probe_replay import ReplayProbe, build_snapshot, classify
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent
 
-GPU_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 H800 = ("smi-q/llmaction_h800_q_gpu0_525.105.17.txt",
         "nvlink/llmaction_h800x8_nvlink_status_elided.txt",
         "topo/llmaction_h800x8_nv8_nic_topo_pastedamaged.txt",

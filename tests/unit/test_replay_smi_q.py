@@ -1,4 +1,4 @@
-"""nvidia-smi -q / -q -x parsers on the real captures in ../shared/data/gpu (see SOURCES.md).
+"""nvidia-smi -q / -q -x parsers on the real captures in data/gpu (see SOURCES.md).
 
 One table row per capture file; every value asserted below was read off the capture by
 hand. Inputs built inside a test (error values, lost GPUs, unsafe XML) are marked as
@@ -33,7 +33,7 @@ from slurm_ml.health.snapshot import (
     RetiredPages,
 )
 
-GPU_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 SMI_Q = GPU_DATA / "smi-q"
 ECC = GPU_DATA / "ecc"
 
@@ -60,7 +60,7 @@ class Row:
     GPU, a bare name (``attached_gpus``) is an attribute of the snapshot.
     """
 
-    path: str  # under ../shared/data/gpu
+    path: str  # under data/gpu
     gpus: int
     name0: object  # product name of GPU 0 (None in excerpts without it)
     driver: str

@@ -1,4 +1,4 @@
-"""Replay parsers against every real capture in shared/data/gpu/{topo,nvlink,xid}.
+"""Replay parsers against every real capture in data/gpu/{topo,nvlink,xid}.
 
 Each table has one row per capture file (the test id is the file name); the facts in a row
 were read off that file by hand. ``test_every_capture_has_a_row`` keeps the tables in step
@@ -36,7 +36,7 @@ from slurm_ml.health.replay.xid import (
 )
 from slurm_ml.health.snapshot import NOT_SUPPORTED, NvLink
 
-GPU_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 TOPO, NVLINK, XID = GPU_DATA / "topo", GPU_DATA / "nvlink", GPU_DATA / "xid"
 
 

@@ -30,7 +30,7 @@ from slurm_ml.sim.traces import Trace, load_philly, load_tiresias, load_vc_nodes
 from slurm_ml.sim.workload import DEBUG, LARGE, SMALL, SimJob
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = Path(__file__).parents[2].parent / "shared" / "data" / "traces"
+TRACES = REPO / "slurm_ml" / "data" / "traces"
 BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
 HOUR = 3600.0
 

@@ -30,7 +30,7 @@ from slurm_ml.sim.traces import (
 )
 from slurm_ml.sim.workload import LARGE, SMALL
 
-DATA = Path(__file__).parents[2].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "slurm_ml" / "data"
 TRACES = DATA / "traces"
 PHILLY = TRACES / "pollux_philly" / "philly.csv"
 GAVEL = TRACES / "gavel_philly_msr"
@@ -248,7 +248,7 @@ def test_vc_nodes() -> None:
 # --------------------------------------------------------------------------- specs
 
 
-def test_default_data_dir_is_beside_the_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_data_dir_is_the_packaged_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_ML_DATA_DIR", raising=False)
     assert default_data_dir() == DATA.resolve()
 

@@ -2,7 +2,7 @@
 
 No I/O and no clock: the probe (NVML or a replayed capture) produces the snapshot, the
 caller supplies time (``xid_since``) and the job's GPUs and processes. Thresholds and
-their sources: ``expect.Thresholds``; the check table is DESIGN.md's "GPU health: what to
+their sources: ``expect.Thresholds``; the check table is docs/design.md's "GPU health: what to
 check and what to do".
 """
 

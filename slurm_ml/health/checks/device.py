@@ -12,10 +12,10 @@ from slurm_ml.health.snapshot import Gpu, NodeSnapshot
 S = Severity
 
 #: NVML errors that mean the GPU is gone or unusable until reset (Meta GCM maps
-#: GPU_IS_LOST and RESET_REQUIRED to CRITICAL, research §1.7/§2.2; DESIGN.md: drain).
+#: GPU_IS_LOST and RESET_REQUIRED to CRITICAL, research §1.7/§2.2; docs/design.md: drain).
 _LOST = re.compile(r"gpu is lost|fallen off the bus|requires? (a )?reset|reset required"
                    r"|gpu_?is_?lost|reset_?required", re.IGNORECASE)
-#: CORRUPTED_INFOROM (GCM CRITICAL; nvidia-smi exit 14; DESIGN.md: drain).
+#: CORRUPTED_INFOROM (GCM CRITICAL; nvidia-smi exit 14; docs/design.md: drain).
 _INFOROM = re.compile(r"inforom", re.IGNORECASE)
 
 
@@ -32,7 +32,7 @@ def probe_errors(snap: NodeSnapshot, out: Out) -> None:
 
 
 def gpu_count(snap: NodeSnapshot, job_gpus: Collection[int] | None, out: Out) -> None:
-    """GPUs the driver reports vs the class (DESIGN.md: drain). ``attached_gpus`` (the
+    """GPUs the driver reports vs the class (docs/design.md: drain). ``attached_gpus`` (the
     driver's count) wins over the GPUs listed, which a replayed excerpt may cut short."""
     attached = num(snap.attached_gpus)
     want, have = out.exp.gpu_count, len(snap.gpus) if attached is None else attached
@@ -78,7 +78,7 @@ def lost(gpu: Gpu, out: Out) -> bool:
 
 
 def pcie_width(gpu: Gpu, peers: Sequence[Gpu], out: Out) -> None:
-    """PCIe link width below what it should be (DESIGN.md: flag).
+    """PCIe link width below what it should be (docs/design.md: flag).
 
     With ``Expectations.pcie_width`` the class says the width. Without it, the reference
     is the widest link among the GPU's peers (same product name) on this node, capped at

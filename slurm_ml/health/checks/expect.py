@@ -1,6 +1,6 @@
 """What a healthy node of a class looks like, and where the checks draw their lines.
 
-Sources are cited as in /work/shared/research/gpu-health.md ("research §N"); DESIGN.md is
+Sources are cited as in docs/research/gpu-health.md ("research §N"); docs/design.md has
 the "GPU health: what to check and what to do" table.
 """
 
@@ -49,7 +49,7 @@ def expectations_for(node_class: NodeClass, gpu_type: GpuType) -> Expectations:
 def topology_cell(gpus: int, links: int) -> str | None:
     """The ``topo -m`` cell between two healthy GPUs, where the layout is unambiguous.
 
-    (inference, checked against the captures in /work/shared/data/gpu/topo/.) 8-GPU HGX
+    (inference, checked against the captures in data/gpu/topo/.) 8-GPU HGX
     boards reach every peer through NVSwitch with all of a GPU's links: 8x A100 NV12,
     8x H100 NV18, 8x H800 NV8. Two GPUs are bridged directly with all links (H100 NVL pair
     NV12). Four GPUs without a switch form a full mesh, a third of the links per peer
@@ -65,7 +65,7 @@ def topology_cell(gpus: int, links: int) -> str | None:
     return None
 
 
-#: Xids that drain the node now (research §4 "Recommendation": drain). DESIGN.md's list is
+#: Xids that drain the node now (research §4 "Recommendation": drain). docs/design.md's list is
 #: 48, 62, 64, 74, 79, 95, 119, 120; research §4 adds 61 ("drain if seen") and 140 (ECC
 #: unrecovered, NVIDIA RESET_GPU, DCGM FAIL). 144-150 are the NVLink errors of current
 #: NVLink generations (NVIDIA Xid catalog: SAW, RLW, TLW, TREX, NVLPW_CTRL, NETIR, MSE),
@@ -73,7 +73,7 @@ def topology_cell(gpus: int, links: int) -> str | None:
 #: shows them behind Xid 45 on a node whose NVLinks were all down).
 XID_DRAIN: frozenset[int] = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140,
                                        144, 145, 146, 147, 148, 149, 150})
-#: Xids that are the application's fault (DESIGN.md: 13, 31, 43, 45; research §4 and the
+#: Xids that are the application's fault (docs/design.md: 13, 31, 43, 45; research §4 and the
 #: NVIDIA k8s-device-plugin ignore set add 68, NVDEC exception). An ignored event whose
 #: message says "caused by previous Xid N" is judged as Xid N (checks.xid). Everything in neither
 #: set is a FLAG: 63 (remap recorded: the remap.pending check decides), 92 (high SBE rate,
@@ -83,16 +83,16 @@ XID_IGNORE: frozenset[int] = frozenset({13, 31, 43, 45, 68})
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """Where the checks draw their lines. Defaults follow DESIGN.md and research §2.4/§4."""
+    """Where the checks draw their lines. Defaults follow docs/design.md and research §2.4/§4."""
 
     #: Retired pages (SBE + DBE) at or above this drain (DCGM DCGM_LIMIT_MAX_RETIRED_PAGES,
-    #: research §1.3; DESIGN.md "≥ 63").
+    #: research §1.3; docs/design.md "≥ 63").
     retired_pages_max: int = 63
     #: Page retirement pending: takes effect at the next reset (research §0.5 groups it with
-    #: a pending remap: drain after the job; DESIGN.md's row says "drain").
+    #: a pending remap: drain after the job; docs/design.md's row says "drain").
     retired_pages_pending: Severity = Severity.DRAIN_AFTER_JOB
     #: Row remap pending: "other applications can keep running until a convenient time to
-    #: reboot" (NVIDIA, research §4); DESIGN.md: drain after job.
+    #: reboot" (NVIDIA, research §4); docs/design.md: drain after job.
     remap_pending: Severity = Severity.DRAIN_AFTER_JOB
     #: Uncorrectable row remaps at or above this are flagged (DCGM WARN
     #: DCGM_LIMIT_MAX_ROW_REMAP_UNCORRECTABLE "GPU is in a bad state", research §1.3).
@@ -103,7 +103,7 @@ class Thresholds:
     #: NVLink CRC errors since the previous snapshot at or above this count. DCGM fails at
     #: >= 100/s; snapshots carry no time, so this is a count per interval (stricter).
     nvlink_crc_delta: int = 100
-    #: What an NVLink error delta does (DESIGN.md: flag; DCGM would fail).
+    #: What an NVLink error delta does (docs/design.md: flag; DCGM would fail).
     nvlink_errors: Severity = Severity.FLAG
     #: Aggregate (lifetime) uncorrectable ECC errors since the previous snapshot: flagged;
     #: the volatile counter and row remapping carry the drain decision.

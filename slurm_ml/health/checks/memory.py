@@ -11,7 +11,7 @@ S = Severity
 
 def ecc_volatile(gpu: Gpu, out: Out) -> None:
     """Uncorrectable ECC errors since the driver loaded: > 0 drains (DCGM FAIL, GCM
-    CRITICAL, research §2.4; DESIGN.md)."""
+    CRITICAL, research §2.4; docs/design.md)."""
     value = gpu.ecc.volatile_uncorrected
     if unsupported(value):
         return  # no ECC on this device, or MIG hides the counter

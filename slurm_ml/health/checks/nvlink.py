@@ -51,7 +51,7 @@ def active_links(gpu: Gpu, out: Out) -> None:
 
 def errors(gpu: Gpu, prev: Gpu, out: Out) -> None:
     """Replay/recovery/CRC counters that grew since the previous snapshot (DCGM: replay or
-    recovery delta >= 1 fails, CRC only at >= 100/s; DESIGN.md: flag)."""
+    recovery delta >= 1 fails, CRC only at >= 100/s; docs/design.md: flag)."""
     now, then = _links(gpu), _links(prev)
     if now is None or then is None:
         if out.exp.nvlink_links_per_gpu and (gpu.nvlinks is None or prev.nvlinks is None):

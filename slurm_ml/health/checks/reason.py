@@ -8,7 +8,7 @@ from slurm_ml.health.checks.findings import Finding, Severity, sort_findings
 from slurm_ml.policy.quarantine import OWNED_PREFIX, clean_reason
 
 #: Every drain reason slurm-ml writes starts with this; only such drains are ever resumed
-#: automatically (DESIGN.md; NHC's "NHC:" convention, research §6).
+#: automatically (docs/design.md; NHC's "NHC:" convention, research §6).
 PREFIX = OWNED_PREFIX + " "
 
 

@@ -9,7 +9,7 @@ drivers); a *p2p* matrix (``topo -p2p r|w|a|n|p``) has ``X``, ``OK``, ``CNS``, `
 ``nics`` and otherwise ignored; CPU/NUMA affinity columns are not read.
 
 What is damaged and what is unusable (decided against the captures in
-``shared/data/gpu/topo``):
+``data/gpu/topo``):
 
 * Kept, with a note in ``TopoMatrix.problems``: a GPU cell that is missing (short row) or
   is not a matrix token (a truncated affinity field slid into a device column), a diagonal
