@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 import yaml
 
-from slurm_ml import config as config_mod
 from slurm_ml.config import (
     Config,
     DaemonConfig,
@@ -35,6 +34,7 @@ from slurm_ml.config import (
     StoreConfig,
     load_config,
 )
+from slurm_ml.config.parse import SECTIONS_OPTIONAL, SECTIONS_REQUIRED
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.slurm import accounts, render
 
@@ -223,7 +223,7 @@ def test_the_example_keys_are_all_known() -> None:
 
 def test_the_loader_sections_are_the_config_fields() -> None:
     # known_paths walks Config; the loader's own section lists must cover the same set.
-    sections = set(config_mod._SECTIONS_REQUIRED) | set(config_mod._SECTIONS_OPTIONAL)
+    sections = set(SECTIONS_REQUIRED) | set(SECTIONS_OPTIONAL)
     assert sections == {f.name for f in dataclasses.fields(Config)}
 
 

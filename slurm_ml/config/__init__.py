@@ -1,0 +1,55 @@
+"""slurm-ml's YAML configuration: one strict loader, one frozen :class:`Config`.
+
+The package, one job per module:
+
+* :mod:`~slurm_ml.config.schema`: the sections as frozen dataclasses, each knob with its
+  default and range check;
+* :mod:`~slurm_ml.config.checks`: the value checks (ranges, Slurm-safe names);
+* :mod:`~slurm_ml.config.parse`: :func:`parse_config`, which validates parsed data and
+  reports every problem at once, with its path (``budgets.programs[1].weight: must be
+  > 0``);
+* :mod:`~slurm_ml.config.load`: :func:`load_config`, strict YAML from a file;
+* :mod:`~slurm_ml.config.errors`: :class:`ConfigIssue` and :class:`ConfigError`.
+
+Import from here: these names are the public surface. Only :func:`load_config` touches
+the file system; the rest is pure. A leaf: of slurm-ml it imports only :mod:`slurm_ml.model`.
+"""
+
+from __future__ import annotations
+
+from slurm_ml.config.errors import ConfigError, ConfigIssue
+from slurm_ml.config.load import load_config
+from slurm_ml.config.parse import parse_config
+from slurm_ml.config.schema import (
+    AdmissionConfig,
+    ClusterConfig,
+    Config,
+    ContractsConfig,
+    DaemonConfig,
+    FairshareConfig,
+    PartitionConfig,
+    PolicyConfig,
+    QuarantineConfig,
+    ReclaimConfig,
+    SlurmConfig,
+    StoreConfig,
+)
+
+__all__ = [
+    "AdmissionConfig",
+    "ClusterConfig",
+    "Config",
+    "ConfigError",
+    "ConfigIssue",
+    "ContractsConfig",
+    "DaemonConfig",
+    "FairshareConfig",
+    "PartitionConfig",
+    "PolicyConfig",
+    "QuarantineConfig",
+    "ReclaimConfig",
+    "SlurmConfig",
+    "StoreConfig",
+    "load_config",
+    "parse_config",
+]

@@ -1,0 +1,243 @@
+"""The shape of slurm-ml's configuration: one frozen dataclass per section.
+
+Every knob is a :func:`knob`: a default (whose type is the knob's type) and the check
+its value must pass; :mod:`slurm_ml.config.parse` reads both, so adding a knob here is
+all it takes for the loader to accept, type-check and range-check it. Checks that span
+several knobs are in :mod:`slurm_ml.config.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TypeVar
+
+from slurm_ml.config.checks import (
+    Check,
+    absolute,
+    command_line,
+    fraction,
+    ge,
+    gt,
+    margin_percent,
+    nodeset,
+    percent,
+)
+from slurm_ml.model import BudgetTree, GpuType, NodeClass
+
+__all__ = [
+    "AdmissionConfig",
+    "ClusterConfig",
+    "Config",
+    "ContractsConfig",
+    "DaemonConfig",
+    "FairshareConfig",
+    "PartitionConfig",
+    "PolicyConfig",
+    "QuarantineConfig",
+    "ReclaimConfig",
+    "SlurmConfig",
+    "StoreConfig",
+    "knob",
+]
+
+_T = TypeVar("_T")
+
+
+def knob(default: _T, check: Check[_T] | None = None) -> _T:
+    """A defaulted, checked field; its type is the type of the default."""
+    return field(default=default, metadata={"check": check})
+
+
+@dataclass(frozen=True, slots=True)
+class FairshareConfig:
+    """How usage is measured and turned into job SiteFactor."""
+
+    window_hours: float = knob(168.0, gt(0))  # sliding usage window fair-share looks back over
+    site_factor_max: int = knob(100_000, gt(0))  # SiteFactor given to the most under-served job
+    cycle_interval_s: float = knob(60.0, gt(0))  # time between reconciler cycles
+    # SiteFactor between adjacent ranks; must exceed the sum of the other priority weights
+    # (age, fairshare, job size, partition) so that the rank dominates them.
+    site_factor_step: int = knob(1000, ge(1))
+    # How far a user's own --nice moves a job inside its team's band (never across bands).
+    nice_range: int = knob(500, ge(0))
+    owed_bucket_s: float = knob(3600.0, gt(0))  # owed is capped at demand bucket by bucket
+    # Short work (Ai2's debug jobs) goes first inside its team's band: a job whose
+    # contract is <= short_job_min_runtime_min and whose time limit is
+    # <= short_job_time_limit_min gets short_job_boost more SiteFactor (0 = off). It is
+    # cheap to admit: after its short contract it may be requeued like any other job.
+    short_job_boost: int = knob(250, ge(0))
+    short_job_min_runtime_min: float = knob(15.0, ge(0))
+    short_job_time_limit_min: float = knob(60.0, ge(0))
+
+
+@dataclass(frozen=True, slots=True)
+class ContractsConfig:
+    """Limits on what the scheduler may do to a running job (requeue, preempt)."""
+
+    min_runtime_cap_hours: float = knob(8.0, gt(0))  # --time-min above this is capped to it
+    requeue_cooldown_s: float = knob(3600.0, ge(0))  # a job is requeued at most once per this
+    preempt_cap_fraction: float = knob(0.05, fraction)  # max fraction of GPUs requeued per window
+    preempt_cap_window_s: float = knob(600.0, gt(0))  # the window preempt_cap_fraction is over
+    # A requeue needs the victim's delivered/owed to exceed the preemptor's by this much
+    # (hysteresis against flapping), the victim over-served (> 1), the preemptor under (< 1).
+    preempt_min_gap: float = knob(0.2, ge(0))
+    preempt_after_wait_s: float = knob(300.0, ge(0))  # the starved job has pended this long
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimConfig:
+    """When held-but-idle GPUs (zombies) and stuck COMPLETING jobs are reclaimed."""
+
+    zombie_heartbeat_s: float = knob(600.0, gt(0))  # memory held and util ~0 this long = zombie
+    zombie_util_pct: float = knob(1.0, percent)  # GPU utilisation at or below this counts as idle
+    zombie_min_mem_mb: int = knob(1024, gt(0))  # GPU memory above this counts as held
+    zombie_grace_s: float = knob(900.0, ge(0))  # time between the warning and the action
+    completing_timeout_s: float = knob(1800.0, gt(0))  # COMPLETING longer than this is stuck
+    exempt_qos: tuple[str, ...] = knob(())  # jobs in these QOS are never reclaimed as zombies
+    exempt_accounts: tuple[str, ...] = knob(())  # nor jobs charged to these accounts
+    exempt_interactive: bool = knob(True)  # nor salloc/srun sessions (no batch script)
+    # Run with each zombie warning, requeue or cancel as JSON on stdin; "" = none.
+    notify_command: str = knob("", command_line)
+    fix_runaway: bool = knob(True)  # close slurmdbd's runaway jobs (sacctmgr show runawayjobs)
+    orphan_lookback_s: float = knob(3600.0, gt(0))  # orphan-process reports this recent count
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """Submit-time capability matching done by the job_submit Lua shim."""
+
+    memory_margin_pct: float = knob(10.0, margin_percent)  # safety margin on GPU memory needs
+    socket_timeout_ms: int = knob(200, gt(0))  # total time the Lua shim waits for an answer
+    breaker_failures: int = knob(3, ge(1))  # consecutive shim failures that open the breaker
+    breaker_cooldown_s: float = knob(30.0, gt(0))  # the shim skips submitd this long when open
+    default_min_runtime_min: int = knob(60, ge(0))  # protected runtime when --time-min is unset
+    leaf_switch_wait_min: float = knob(10.0, ge(0))  # multi-node jobs wait this long for one leaf
+    profile_runs: int = knob(20, ge(1))  # last runs of a job name the memory p95 is taken over
+    state_refresh_s: float = knob(60.0, gt(0))  # submitd reloads budgets/profiles this often
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineConfig:
+    """When slurm-ml drains GPU nodes, resumes them, and stops itself (circuit breaker)."""
+
+    resume_after_passes: int = knob(3, ge(1))  # consecutive clean checks before a resume
+    breaker_fraction: float = knob(0.2, fraction)  # share of a node class drained per window
+    breaker_window_min: float = knob(30.0, gt(0))  # the window breaker_fraction is over
+    prolog_budget_s: float = knob(5.0, gt(0))  # the prolog's whole health check, hard limit
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Policy knobs; every one has a default equal to conf/slurm-ml.yaml."""
+
+    fairshare: FairshareConfig = field(default_factory=FairshareConfig)
+    contracts: ContractsConfig = field(default_factory=ContractsConfig)
+    reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    quarantine: QuarantineConfig = field(default_factory=QuarantineConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """How the reconciler daemon runs (not what it decides: that is ``policy``)."""
+
+    metrics_port: int = knob(9309, ge(0))  # Prometheus /metrics port; 0 = off
+    metrics_addr: str = knob("127.0.0.1")  # address the metrics server binds
+    backoff_max_s: float = knob(600.0, gt(0))  # longest wait after Slurm/DB failures
+    lock_key: int = knob(0x736C_6D6C_6461_656D, ge(1))  # PostgreSQL advisory lock ("slmldaem")
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmConfig:
+    """How slurm-ml drives the Slurm commands."""
+
+    command_timeout_s: float = knob(30.0, gt(0))  # every Slurm command is killed after this
+    scontrol_batch_size: int = knob(500, ge(1))  # jobs per scontrol process (SiteFactor pushes)
+
+
+_SPOOL_DIR = Path("/var/spool/slurm-ml")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Where slurm-ml keeps its state."""
+
+    dsn: str = knob("")  # PostgreSQL DSN; empty = the caller reads $SLURM_ML_DSN
+    # Writes made while PostgreSQL is down land here first. (Path is immutable: RUF009 is moot.)
+    spool_dir: Path = knob(_SPOOL_DIR, absolute)  # noqa: RUF009
+    connect_timeout_s: float = knob(5.0, gt(0))  # PostgreSQL connect timeout
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    """A Slurm partition slurm-ml manages."""
+
+    name: str
+    nodes: str  # ClusterShell NodeSet expression, as written
+    default: bool
+    max_time_min: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The Slurm cluster as slurm-ml manages it."""
+
+    name: str  # Slurm ClusterName (lower case)
+    partitions: tuple[PartitionConfig, ...]
+
+    @property
+    def default_partition(self) -> PartitionConfig:
+        """The partition with ``default: true`` (a loaded config has exactly one)."""
+        for part in self.partitions:
+            if part.default:
+                return part
+        raise LookupError("no default partition")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole validated configuration. Not slotted: it caches node lookups."""
+
+    cluster: ClusterConfig
+    gpu_types: dict[str, GpuType]  # key = GpuType.name (the GRES type)
+    node_classes: tuple[NodeClass, ...]
+    budgets: BudgetTree
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+    @cached_property
+    def _node_index(self) -> dict[str, NodeClass]:
+        index: dict[str, NodeClass] = {}
+        for node_class in self.node_classes:
+            for node in nodeset(node_class.nodes):
+                index[str(node)] = node_class
+        return index
+
+    @cached_property
+    def _all_nodes(self) -> tuple[str, ...]:
+        union = nodeset("")
+        for node_class in self.node_classes:
+            union.update(nodeset(node_class.nodes))
+        return tuple(str(node) for node in union)
+
+    def all_nodes(self) -> list[str]:
+        """Every node of every node class, expanded, in ClusterShell's natural
+        order (gpu2 before gpu10; same as sorted() for zero-padded names)."""
+        return list(self._all_nodes)
+
+    def node_class_of(self, node: str) -> NodeClass | None:
+        """The node class a node belongs to, None for a node slurm-ml does not know."""
+        return self._node_index.get(node)
+
+    def gpu_type_of_node(self, node: str) -> GpuType | None:
+        node_class = self.node_class_of(node)
+        return None if node_class is None else self.gpu_types.get(node_class.gpu_type)
+
+
