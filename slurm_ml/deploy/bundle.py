@@ -3,10 +3,12 @@
 Files (all paths absolute; hooks default to the Slurm conf dir):
 
 * ``job_submit.lua``: the shim with its settings block filled (render.render_shim);
-* ``slurm-ml.conf``: the slurm.conf include (conf/slurm-ml.conf.tmpl);
+* ``slurm-ml.conf``: the slurm.conf include (slurm_ml/share/slurm-ml.conf.tmpl);
 * ``slurm-ml.env``: what the hooks and the services read (mode 0600: it may hold the DSN);
-* ``slurm-ml-prolog``, ``slurm-ml-epilog``, ``slurm-ml-healthcheck``: the wrappers, with
-  the env file's path filled in (HealthCheckProgram gets no SLURM_CONF to find it by);
+* ``slurm-ml-prolog``, ``slurm-ml-epilog``, ``slurm-ml-healthcheck``: three copies of the
+  one wrapper (slurm_ml/share/slurm-ml-hook, which picks the hook by the name it is called
+  under), with the env file's path filled in (HealthCheckProgram gets no SLURM_CONF to
+  find it by);
 * ``slurm-ml-submitd.service``, ``slurm-ml-daemon.service`` unless --no-systemd.
 """
 
@@ -28,6 +30,8 @@ INCLUDE_NAME = "slurm-ml.conf"
 ENV_NAME = "slurm-ml.env"
 HOOKS = {"prolog": "slurm-ml-prolog", "epilog": "slurm-ml-epilog",
          "healthcheck": "slurm-ml-healthcheck"}
+#: The one wrapper script in slurm_ml/share/ that every name in HOOKS is a copy of.
+HOOK_SOURCE = "slurm-ml-hook"
 UNITS = ("slurm-ml-submitd.service", "slurm-ml-daemon.service")
 
 
@@ -49,11 +53,6 @@ class InstallParams:
     service_group: str = "slurm"
     extra_env: tuple[tuple[str, str], ...] = ()
     accounts: bool = True
-    priority_weight_fairshare: int = 100
-    priority_weight_age: int = 100
-    # alloc (QOS Priority 100 = factor 1.0) above any SiteFactor band, free below: the
-    # reconciler ranks within each tier (100k associations x site_factor_step 1000).
-    priority_weight_qos: int = 100_000_000
 
     @property
     def hooks(self) -> Path:
@@ -82,9 +81,7 @@ class Sources:
 
     include: str
     shim: str
-    prolog: str
-    epilog: str
-    healthcheck: str
+    hook: str  # the wrapper, installed under each name in HOOKS
     units: Mapping[str, str]  # unit file name → template
 
 
@@ -104,7 +101,7 @@ def _setting_line(name: str, text: str, value: str) -> str:
 
 
 def include_values(cfg: Config, p: InstallParams) -> dict[str, str]:
-    """Placeholders of conf/slurm-ml.conf.tmpl, list settings un-merged."""
+    """Placeholders of slurm_ml/share/slurm-ml.conf.tmpl, list settings un-merged."""
     return {
         "include_path": str(p.include_path),
         "header": f"Installed from {p.config_path}.",
@@ -118,9 +115,12 @@ def include_values(cfg: Config, p: InstallParams) -> dict[str, str]:
                                 f"{render.max_switch_wait_s(cfg)}",
         "health_check_program": str(p.hooks / HOOKS["healthcheck"]),
         "health_check_interval_s": str(p.health_check_interval_s),
-        "priority_weight_fairshare": str(p.priority_weight_fairshare),
-        "priority_weight_age": str(p.priority_weight_age),
-        "priority_weight_qos": str(p.priority_weight_qos),
+        # policy.priority_weights, checked against the SiteFactor bands by config check
+        "priority_weight_fairshare": str(cfg.policy.priority_weights.fairshare),
+        "priority_weight_age": str(cfg.policy.priority_weights.age),
+        "priority_weight_job_size": str(cfg.policy.priority_weights.job_size),
+        "priority_weight_partition": str(cfg.policy.priority_weights.partition),
+        "priority_weight_qos": str(cfg.policy.priority_weights.qos),
         "accounting_tres": render.accounting_tres(cfg),
         "billing_weights": f'TRESBillingWeights="{render.billing_weights(cfg)}"',
     }
@@ -190,12 +190,9 @@ def render_files(cfg: Config, p: InstallParams, src: Sources,
         WantedFile(p.conf_dir / "job_submit.lua",
                    render.render_shim(src.shim, cfg, p.submitd_socket), 0o644),
         WantedFile(p.env_path, env_text(p), 0o600),
-        WantedFile(p.hooks / HOOKS["prolog"],
-                   _setting_line("INSTALLED_ENV_FILE", src.prolog, env), 0o755),
-        WantedFile(p.hooks / HOOKS["epilog"],
-                   _setting_line("INSTALLED_ENV_FILE", src.epilog, env), 0o755),
-        WantedFile(p.hooks / HOOKS["healthcheck"],
-                   _setting_line("INSTALLED_ENV_FILE", src.healthcheck, env), 0o755),
+        *(WantedFile(p.hooks / HOOKS[hook],
+                     _setting_line("INSTALLED_ENV_FILE", src.hook, env), 0o755)
+          for hook in ("prolog", "epilog", "healthcheck")),
         WantedFile(p.include_path, render_include(cfg, p, src, merged), 0o644),
     ]
     if p.systemd_dir is not None:

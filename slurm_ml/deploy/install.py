@@ -53,7 +53,7 @@ def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest
         raise BadInput(
             f"{p.slurm_conf}: no PartitionName line for {', '.join(parts.missing)} "
             f"(cluster.partitions in the config); slurm-ml sets TRESBillingWeights on "
-            f"the partitions it manages: add them first (conf/slurm.conf.tmpl shows how)")
+            f"the partitions it manages: add them first (devcluster/templates/slurm.conf.tmpl shows how)")
     if p.include_line in base.split("\n"):
         raise BadInput(f"{p.slurm_conf} already has '{p.include_line}' but there is no "
                        f"install manifest: remove that line, then install again")
@@ -63,7 +63,7 @@ def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest
 
 
 def _accounts_plan(cfg: Config, run: SlurmRunner | None) -> AccountsReport:
-    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_hours)
+    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)
     try:
         if run is None:
             raise SlurmError("no Slurm runner given")

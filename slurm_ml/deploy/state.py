@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from slurm_ml import assets
-from slurm_ml.deploy.bundle import HOOKS, UNITS, Sources
+from slurm_ml.deploy.bundle import HOOK_SOURCE, UNITS, Sources
 from slurm_ml.deploy.errors import BadInput
 from slurm_ml.deploy.manifest import MANIFEST_NAME, Manifest
 from slurm_ml.deploy.plan import Current
@@ -34,16 +34,14 @@ def _asset(*parts: str) -> Path:
 
 
 def read_sources(templates: Path | None = None) -> Sources:
-    """The templates shipped with slurm-ml (``conf/``, ``job_submit/``, ``prolog/``,
-    ``epilog/``, ``scripts/`` of the checkout, else their copies installed with the
-    package: :mod:`slurm_ml.assets`; ``templates`` replaces ``conf/``)."""
-    conf = templates or render.conf_dir()
+    """The files shipped with slurm-ml in ``slurm_ml/share/`` (:mod:`slurm_ml.assets`):
+    the include and unit templates (``templates`` replaces their directory), the shim,
+    and the one hook wrapper."""
+    conf = templates or _asset(".")
     return Sources(
         include=_read(conf / "slurm-ml.conf.tmpl"),
         shim=_read(render.shim_source()),
-        prolog=_read(_asset("prolog", HOOKS["prolog"])),
-        epilog=_read(_asset("epilog", HOOKS["epilog"])),
-        healthcheck=_read(_asset("scripts", HOOKS["healthcheck"])),
+        hook=_read(_asset(HOOK_SOURCE)),
         units={name: _read(conf / "systemd" / f"{name}.tmpl") for name in UNITS},
     )
 

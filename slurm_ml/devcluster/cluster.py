@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_ml import proc
-from slurm_ml.assets import asset_path
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config
 from slurm_ml.deploy import install as deploy
 from slurm_ml.deploy.bundle import InstallParams
@@ -326,7 +326,7 @@ class DevCluster:
         """`slurm-ml install --slurm-conf-dir <etc> --no-systemd --health-check-interval 0`
         with the dev cluster's socket, DSN and node-health settings."""
         L = self.layout
-        config = self.config_path or asset_path("conf", "slurm-ml.yaml", strict=False)
+        config = self.config_path or DEFAULT_CONFIG
         own = {"SLURM_ML_PYTHON", "SLURM_ML_CONFIG", "SLURM_ML_DSN", "SLURM_ML_HOOK_TIMEOUT"}
         extra = node_health.hook_env(L, python=sys.executable, config_path=config,
                                      dsn=self.dsn())

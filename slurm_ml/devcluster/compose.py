@@ -1,6 +1,6 @@
 """The dev cluster as Docker containers: one *role* per docker-compose service.
 
-``docker-compose.yml`` runs every service from the one image ``docker/Dockerfile``
+``docker-compose.yml`` runs every service from the one image ``devcluster/Dockerfile``
 builds, whose entry point is ``slurm-ml devcluster container ROLE``. A role prepares
 what its daemon needs with the same code the one-host dev cluster (:mod:`.cluster`)
 and ``slurm-ml install`` use, then *replaces itself* with that daemon in the

@@ -1,7 +1,7 @@
 """Render the site's slurm.conf, gres.conf, topology.conf and slurmdbd.conf from templates.
 
-The templates live in ``conf/`` and are the ones an admin starts from; this
-module only fills their ``${placeholders}``. The few generated blocks (node,
+The templates are the dev and compose cluster's (``devcluster/templates/`` of the
+checkout, or ``$SLURM_ML_CONF_DIR``); this module only fills their ``${placeholders}``. The few generated blocks (node,
 partition, GRES and switch lines) are derived from slurm-ml.yaml so that the
 cluster and the policy can never disagree about GPU types or topology.
 
@@ -62,8 +62,8 @@ class SiteParams:
 
 
 def conf_dir() -> Path:
-    """The directory holding the templates: ``$SLURM_ML_CONF_DIR``, else the checkout's
-    ``conf/``, else the copy installed with the package (:mod:`slurm_ml.assets`)."""
+    """The directory holding the site templates: ``$SLURM_ML_CONF_DIR``, else the
+    checkout's ``devcluster/templates`` (:mod:`slurm_ml.assets`)."""
     try:
         return assets.conf_dir()
     except assets.AssetNotFound as exc:
@@ -71,10 +71,9 @@ def conf_dir() -> Path:
 
 
 def shim_source() -> Path:
-    """The job_submit.lua shim shipped with slurm-ml (the checkout's ``job_submit/``, else
-    the installed package's copy)."""
+    """The job_submit.lua shim shipped with slurm-ml (``slurm_ml/share/``)."""
     try:
-        return assets.asset_path("job_submit", "job_submit.lua")
+        return assets.asset_path("job_submit.lua")
     except assets.AssetNotFound as exc:
         raise TemplateError(str(exc)) from exc
 

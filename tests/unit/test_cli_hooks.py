@@ -136,9 +136,14 @@ exit "${FAKE_RC:-0}"
 """
 
 
+HOOK_SCRIPT = REPO / "slurm_ml" / "share" / "slurm-ml-hook"
+
+
 def wrapper(tmp: Path, hook: str, rc: int, *, sleep: float = 0, timeout: int = 20,
-            via_slurm_conf: bool = False, verdict: str = "drained: gpu03 nvlink"
-            ) -> tuple[int, str, float]:
+            via_slurm_conf: bool = False, verdict: str = "drained: gpu03 nvlink",
+            argv: tuple[str, ...] | None = None) -> tuple[int, str, float]:
+    """Run the one wrapper as slurmd does: a copy named ``slurm-ml-<hook>`` (as install
+    writes it), no arguments, or ``argv`` instead (the name then stays slurm-ml-hook)."""
     fake = tmp / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -148,15 +153,17 @@ def wrapper(tmp: Path, hook: str, rc: int, *, sleep: float = 0, timeout: int = 2
     envfile = etc / "slurm-ml.env"
     envfile.write_text(f"SLURM_ML_PYTHON={fake}\nSLURM_ML_CONFIG=/c.yaml\nFAKE_RC={rc}\n"
                        f"FAKE_SLEEP={sleep or ''}\nSLURM_ML_HOOK_TIMEOUT={timeout}\n"
+                       f"SLURM_ML_HEALTHCHECK_TIMEOUT={timeout}\n"
                        f"SLURM_ML_HOOK_LOG={log}\nFAKE_VERDICT='{verdict}'\n")
     # slurmd's environment: no PATH at all.
     env = {"SLURMD_NODENAME": "gpu03", "SLURM_JOB_ID": "7"}
     env |= ({"SLURM_CONF": str(etc / "slurm.conf")} if via_slurm_conf
             else {"SLURM_ML_ENV_FILE": str(envfile)})
-    script = REPO / hook / f"slurm-ml-{hook}"
+    script = tmp / ("slurm-ml-hook" if argv is not None else f"slurm-ml-{hook}")
+    shutil.copy2(HOOK_SCRIPT, script)
     t0 = time.monotonic()
-    res = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60,
-                         check=False)
+    res = subprocess.run([str(script), *(argv or ())], env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
     return res.returncode, log.read_text() if log.exists() else "", time.monotonic() - t0
 
 
@@ -189,6 +196,32 @@ def test_epilog_wrapper_always_exits_0(tmp_path: Path) -> None:
     assert code == 0 and elapsed < 10 and "exit 124" in log
 
 
-def test_wrappers_are_executable() -> None:
-    for hook in ("prolog", "epilog"):
-        assert os.access(REPO / hook / f"slurm-ml-{hook}", os.X_OK)
+def test_healthcheck_wrapper_checks_this_node_and_always_exits_0(tmp_path: Path) -> None:
+    code, log, _ = wrapper(tmp_path, "healthcheck", 1)
+    assert code == 0
+    assert "ran: -m slurm_ml.cli health periodic --node gpu03 config=/c.yaml" in log
+    assert "slurm-ml-healthcheck on gpu03: slurm-ml did not finish cleanly (exit 1" in log
+    code, log, elapsed = wrapper(tmp_path, "healthcheck", 0, sleep=30, timeout=1)
+    assert code == 0 and elapsed < 10 and "exit 124" in log
+
+
+def test_an_argument_picks_the_hook_whatever_the_name(tmp_path: Path) -> None:
+    code, log, _ = wrapper(tmp_path, "prolog", 1, argv=("prolog",))
+    assert code == 1 and "ran: -m slurm_ml.cli health prolog" in log
+    code, log, _ = wrapper(tmp_path, "epilog", 1, argv=("epilog",))
+    assert code == 0 and "ran: -m slurm_ml.cli health epilog" in log
+
+
+def test_an_unknown_hook_name_runs_nothing_and_does_not_fail(tmp_path: Path) -> None:
+    # Prolog=.../slurm-ml-hook with no argument: a wiring mistake must not drain nodes.
+    fake = tmp_path / "slurm-ml-hook"
+    shutil.copy2(HOOK_SCRIPT, fake)
+    res = subprocess.run([str(fake)], env={}, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode == 0
+    assert "which hook? Call it as slurm-ml-prolog" in res.stderr
+    assert "got 'slurm-ml-hook'" in res.stderr
+
+
+def test_the_wrapper_is_executable() -> None:
+    assert os.access(HOOK_SCRIPT, os.X_OK)

@@ -1,11 +1,11 @@
-"""docker-compose.yml, docker/Dockerfile and the container roles, checked without Docker.
+"""docker-compose.yml, devcluster/Dockerfile and the container roles, checked without Docker.
 
 * the compose file against the official compose-spec JSON schema (the copy
   check-jsonschema vendors from compose-spec/compose-spec, schema/compose-spec.json,
   Apache-2.0: see its builtin_schemas/vendor/licenses/LICENSE.compose-spec);
 * what the schema cannot see: one image for every service, references between
   services, volumes and networks, the shared paths the roles expect, one service per
-  node of docker/slurm-ml.yaml;
+  node of devcluster/compose/slurm-ml.yaml;
 * every `slurm-ml ...` command line (compose commands and healthchecks on top of the
   Dockerfile's ENTRYPOINT, and those the roles run) parses with the real click CLI;
 * the Dockerfile: a small instruction parser, the base image, the apt packages;
@@ -39,8 +39,8 @@ from slurm_ml.devcluster import compose, platform
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
-DOCKERFILE = REPO / "docker" / "Dockerfile"
-COMPOSE_CONFIG = REPO / "docker" / "slurm-ml.yaml"
+DOCKERFILE = REPO / "devcluster" / "Dockerfile"
+COMPOSE_CONFIG = REPO / "devcluster" / "compose" / "slurm-ml.yaml"
 IMAGE = "slurm-ml:dev"
 
 
@@ -100,10 +100,10 @@ def role_of(svc: dict[str, Any]) -> str:
 def test_every_service_runs_the_one_image(services: dict[str, dict[str, Any]]) -> None:
     for name, svc in services.items():
         assert svc.get("image") == IMAGE, name
-        assert svc.get("build") == {"context": ".", "dockerfile": "docker/Dockerfile"}, name
+        assert svc.get("build") == {"context": ".", "dockerfile": "devcluster/Dockerfile"}, name
         assert "entrypoint" not in svc, f"{name}: the Dockerfile's ENTRYPOINT is the one"
         assert role_of(svc) in compose.ROLES, name
-    assert (REPO / "docker" / "Dockerfile").is_file()
+    assert (REPO / "devcluster" / "Dockerfile").is_file()
 
 
 def test_every_role_has_a_service(services: dict[str, dict[str, Any]]) -> None:
@@ -190,7 +190,7 @@ def test_shared_paths_are_where_the_roles_expect_them(services: dict[str, dict[s
     etc_sources = set()
     for name, svc in services.items():
         m = _mounts(svc)
-        assert m.get(str(compose.CONFIG_PATH)) == "./docker/slurm-ml.yaml", name
+        assert m.get(str(compose.CONFIG_PATH)) == "./devcluster/compose/slurm-ml.yaml", name
         assert str(svc["volumes"][0]).endswith(":ro"), f"{name}: the config is read-only"
         etc_sources.add(m.get(str(compose.SLURM_ETC)))
         assert svc["environment"]["SLURM_ML_CONFIG"] == str(compose.CONFIG_PATH)
@@ -426,7 +426,7 @@ def test_the_image_has_every_file_slurm_ml_install_reads() -> None:
 
 
 def shell_scripts() -> list[Path]:
-    found = sorted((REPO / "docker").rglob("*.sh")) + sorted((REPO / "conf" / "examples")
+    found = sorted((REPO / "devcluster").rglob("*.sh")) + sorted((REPO / "examples")
                                                            .glob("*.sh"))
     return found
 

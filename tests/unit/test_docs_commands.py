@@ -76,7 +76,7 @@ class Run:
 _SCRIPT = "#!/bin/bash\n#SBATCH --time=60\nsrun python train.py\n"
 RUN: dict[str, Run] = {
     "slurm-ml --version": Run(),
-    "slurm-ml config check /opt/slurm-ml/src/conf/examples/slurm-ml.yaml": Run(),
+    "slurm-ml config check /opt/slurm-ml/src/examples/slurm-ml.yaml": Run(),
     "slurm-ml config check /etc/slurm-ml/slurm-ml.yaml": Run(),
     "slurm-ml submit-check --user alice -- --gres=gpu:a100_80g:4 --comment=gpu_mem=30G train.sh":
         Run(files={"train.sh": _SCRIPT}),
@@ -419,7 +419,7 @@ def test_live_mapping_names_a_real_integration_test(node_id: str) -> None:
 
 
 def _swap(argv: list[str], scratch: Path, conf_dir: Path | None) -> list[str]:
-    swaps = {"/etc/slurm-ml/slurm-ml.yaml": str(REPO / "conf" / "slurm-ml.yaml")}
+    swaps = {"/etc/slurm-ml/slurm-ml.yaml": str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")}
     swaps |= {a: str(REPO) + a.removeprefix("/opt/slurm-ml/src") for a in argv
               if a.startswith("/opt/slurm-ml/src/")}
     if conf_dir is not None:
@@ -438,7 +438,7 @@ def test_run_offline(key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         pytest.skip("not in any doc (test_every_run_entry_is_in_a_doc fails)")
     scratch = tmp_path / "cwd"
     scratch.mkdir()
-    (scratch / "conf").symlink_to(REPO / "conf")
+    (scratch / "examples").symlink_to(REPO / "examples")
     for name, text in run.files.items():
         (scratch / name).write_text(text)
     conf_dir = make_conf_dir(tmp_path) if run.conf_dir else None
