@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from slurm_ml.cli import EXIT_BAD_INPUT, EXIT_NOT_READY, _fail, _load_config, devcluster
+from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_NOT_READY, fail, load_config_or_exit
 
 # slurm_ml.devcluster.compose's ROLES and CONFIG_PATH, spelled out so that every
 # slurm-ml start (the Prolog's among them) does not import the dev cluster's modules;
@@ -18,7 +18,7 @@ ROLES = ("init", "mariadb", "postgres", "dbd", "ctld", "node", "submitd", "daemo
 CONFIG_PATH = Path("/etc/slurm-ml/slurm-ml.yaml")
 
 
-@devcluster.command("container")
+@click.command("container")
 @click.argument("role", type=click.Choice(ROLES))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               envvar="SLURM_ML_CONFIG",
@@ -53,15 +53,15 @@ def devcluster_container(role: str, config_path: str | None, node: str | None,
     from slurm_ml.store.errors import StoreError
 
     path = Path(config_path or CONFIG_PATH)
-    cfg = _load_config(path)
+    cfg = load_config_or_exit(path)
     name = node or socket.gethostname().split(".")[0]
     if role == "node" and name not in cfg.all_nodes():
-        _fail(f"node {name!r} is not in {path} (nodes: {', '.join(cfg.all_nodes())}); "
-              "pass --node", EXIT_BAD_INPUT)
+        fail(f"node {name!r} is not in {path} (nodes: {', '.join(cfg.all_nodes())}); "
+             "pass --node", EXIT_BAD_INPUT)
     if check:
         sys.exit(0 if check_role(role, cfg, path, node=name) else EXIT_NOT_READY)
     try:
         run_role(role, cfg, path, node=name, say=lambda m: click.echo(m, err=True))
     except (DevClusterError, CommandError, SlurmError, TemplateError, StoreError,
             TimeoutError, OSError) as exc:
-        _fail(f"container role {role}: {exc}")
+        fail(f"container role {role}: {exc}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli import EXIT_BAD_INPUT, _fail, _load_config, main
+from slurm_ml.cli.common import EXIT_BAD_INPUT, fail, load_config_or_exit
 
 _EXIT_CODES = """\b
 Exit codes:
@@ -75,12 +75,12 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     for v in values:
         key, sep, value = v.partition("=")
         if not sep or not key.isidentifier():
-            _fail(f"--env {v!r}: expected KEY=VALUE", EXIT_BAD_INPUT)
+            fail(f"--env {v!r}: expected KEY=VALUE", EXIT_BAD_INPUT)
         out.append((key, value))
     return tuple(out)
 
 
-@main.command("install", epilog=_EXIT_CODES)
+@click.command("install", epilog=_EXIT_CODES)
 @click.option("--config", "config_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="slurm-ml.yaml to install (budgets, GPU types, partitions, policy).")
@@ -132,7 +132,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
     from slurm_ml.deploy.install import install
     from slurm_ml.slurm.runner import SlurmRunner
 
-    cfg = _load_config(config_path)
+    cfg = load_config_or_exit(config_path)
     conf_dir = slurm_conf_dir.absolute()
     user, group = state.service_account(conf_dir / "slurm.conf")
     if service_user is not None:
@@ -155,11 +155,11 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
     try:
         outcome = install(cfg, params, run=run, dry_run=dry_run, force=force, say=_say)
     except _errors() as exc:
-        _fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+        fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
     _finish(outcome, as_json, show_diff)
 
 
-@main.command("uninstall", epilog=_EXIT_CODES)
+@click.command("uninstall", epilog=_EXIT_CODES)
 @_common
 def uninstall_cmd(*, slurm_conf_dir: Path, systemd_dir: Path, no_systemd: bool,
                   dry_run: bool, show_diff: bool, force: bool, as_json: bool) -> None:
@@ -186,5 +186,5 @@ def uninstall_cmd(*, slurm_conf_dir: Path, systemd_dir: Path, no_systemd: bool,
                 cfg = None
         outcome = uninstall(conf_dir, cfg=cfg, dry_run=dry_run, force=force, say=_say)
     except _errors() as exc:
-        _fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+        fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
     _finish(outcome, as_json, show_diff)

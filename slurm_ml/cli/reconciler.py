@@ -14,15 +14,14 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli import (
+from slurm_ml.cli.common import (
     DEFAULT_CONFIG,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
-    _emit,
-    _fail,
-    _load_config,
-    main,
+    emit,
+    fail,
+    load_config_or_exit,
 )
 
 
@@ -54,15 +53,15 @@ def _store(cfg: Any, dsn: str) -> Any:
     from slurm_ml.store.postgres import PostgresStore
 
     if not dsn:
-        _fail("no database: pass --dsn, set $SLURM_ML_DSN or store.dsn", EXIT_BAD_INPUT)
+        fail("no database: pass --dsn, set $SLURM_ML_DSN or store.dsn", EXIT_BAD_INPUT)
     try:
         return PostgresStore(dsn, connect_timeout_s=cfg.store.connect_timeout_s)
     except ValueError as exc:
-        _fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
+        fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
 
 
 # ------------------------------------------------------------------ daemon
-@main.command("daemon")
+@click.command("daemon")
 @_config_opt
 @_dsn_opt
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
@@ -91,7 +90,7 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     from slurm_ml.store.migrate import migrate
 
     path = Path(config_path) if config_path else DEFAULT_CONFIG
-    cfg = _load_config(path)
+    cfg = load_config_or_exit(path)
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("slurm_ml").setLevel(logging.INFO)
     target = _dsn(cfg, dsn)
@@ -139,13 +138,13 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
                     for a, err in result.report.failed]}
         human = (f"cycle {result.cycle}: {result.outcome} in {result.seconds:.2f}s "
                  f"{result.counts} {result.message}").rstrip()
-        _emit(data, as_json, human)
+        emit(data, as_json, human)
         bad = result.outcome in ("slurm_unavailable", "store_unavailable")
         sys.exit(EXIT_FAILED if bad else EXIT_OK)
 
 
 # ------------------------------------------------------------------ budget
-@main.group()
+@click.group()
 def budget() -> None:
     """GPU-time budgets: owed vs delivered per allocation."""
 
@@ -172,13 +171,13 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
+    cfg = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
     now = int(time.time())
     click.echo("reading slurmctld and slurmdbd ...", err=True)
     try:
         obs = observe(cfg, _slurm(cfg), None, now)
     except SlurmError as exc:
-        _fail(f"cannot read Slurm: {exc}")
+        fail(f"cannot read Slurm: {exc}")
     fair = current_fair_share(cfg, obs)
     util: dict[str, float] = {}
     snapshots: list[Any] = []
@@ -196,19 +195,19 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
         finally:
             store.close()
     data = report.budget_json(fair, util)
-    _emit(data, as_json, report.budget_text(data))
+    emit(data, as_json, report.budget_text(data))
     if plot_path:
         from slurm_ml.daemon.plot import plot_budget
 
         if not snapshots:
-            _fail("nothing to plot: no budget snapshots in the window (is the daemon "
-                  "running and the database reachable?)")
+            fail("nothing to plot: no budget snapshots in the window (is the daemon "
+                 "running and the database reachable?)")
         plot_budget(snapshots, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
 
 
 # ------------------------------------------------------------------ why
-@main.command("why")
+@click.command("why")
 @click.argument("job_id", type=int)
 @_config_opt
 @_dsn_opt
@@ -227,14 +226,14 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
+    cfg = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
     slurm = _slurm(cfg)
     now = int(time.time())
     try:
         obs = observe(cfg, slurm, None, now)
         parts = slurm.priority_parts(job_id)
     except SlurmError as exc:
-        _fail(f"cannot read Slurm: {exc}")
+        fail(f"cannot read Slurm: {exc}")
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
@@ -251,6 +250,6 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
     data = report.why_json(job_id, job, parts_dict, fair, decisions)
-    _emit(data, as_json, report.why_text(data))
+    emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
         sys.exit(EXIT_BAD_INPUT)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli import DEFAULT_CONFIG, EXIT_BAD_INPUT, _emit, _fail, _load_config, main
+from slurm_ml.cli.common import DEFAULT_CONFIG, EXIT_BAD_INPUT, emit, fail, load_config_or_exit
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")
 
@@ -29,7 +29,7 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
         yield lambda now, end: bar.update(task, completed=(now / end) if end > 0 else 1.0)
 
 
-@main.command("sim")
+@click.command("sim")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               envvar="SLURM_ML_CONFIG",
               help="slurm-ml.yaml whose policy knobs to simulate (default $SLURM_ML_CONFIG, "
@@ -82,18 +82,18 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     from slurm_ml.sim.metrics import compare, summarize, targets
     from slurm_ml.sim.trace_base import DEFAULT_GPUS_PER_NODE
 
-    base = _load_config(Path(config_path) if config_path else DEFAULT_CONFIG)
+    base = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
     if scale is not None and demand is not None:
-        _fail("give --scale or --demand, not both", EXIT_BAD_INPUT)
+        fail("give --scale or --demand, not both", EXIT_BAD_INPUT)
     try:
         trace = traces.load_trace(spec)
         if start_hours or hours is not None:
             end = trace.span_s + 1 if hours is None else (start_hours + hours) * 3600
             trace = scenario.slice_trace(trace, start_hours * 3600, end)
         if not trace.jobs:
-            _fail(f"no jobs in {spec} between hour {start_hours:g} and "
-                  f"{'the end' if hours is None else f'hour {start_hours + hours:g}'}",
-                  EXIT_BAD_INPUT)
+            fail(f"no jobs in {spec} between hour {start_hours:g} and "
+                 f"{'the end' if hours is None else f'hour {start_hours + hours:g}'}",
+                 EXIT_BAD_INPUT)
         vc_nodes = traces.default_vc_nodes()
         size = gpus or scenario.implied_cluster_gpus(trace, vc_nodes)
         if demand is not None:
@@ -109,12 +109,12 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
             from slurm_ml.sim.partition import partition_by_team as partitioned
 
             if gpus is not None:
-                _fail("--partition-by-team sizes each team from philly_vc.csv: drop --gpus",
-                      EXIT_BAD_INPUT)
+                fail("--partition-by-team sizes each team from philly_vc.csv: drop --gpus",
+                     EXIT_BAD_INPUT)
             cfg, trace = partitioned(cfg, trace, vc_nodes)
             size = sum(vc_nodes.values()) * DEFAULT_GPUS_PER_NODE
     except (ValueError, ConfigError) as exc:  # TraceError is a ValueError
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     settings = SimSettings() if cycle_s is None else dataclasses.replace(SimSettings(),
                                                                          cycle_s=cycle_s)
     try:
@@ -153,4 +153,4 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     data = {"scenario": scenario_info,
             "policies": [{**s.as_dict(), "targets": [t.as_dict() for t in targets(s)]}
                          for s in summaries]}
-    _emit(data, as_json, compare(summaries))
+    emit(data, as_json, compare(summaries))

@@ -1,0 +1,148 @@
+"""``slurm-ml submitd``, ``submitd-ctl`` and ``submit-check``: the admission policy
+server job_submit.lua asks, its control socket, and a dry run of admission."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_ml.cli.common import (
+    DEFAULT_CONFIG,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_NOT_READY,
+    emit,
+    fail,
+    load_config_or_exit,
+)
+
+_SOCKET_HELP = ("submitd's Unix socket "
+                "(default $SLURM_ML_SUBMITD_SOCKET or /run/slurm-ml/submitd.sock).")
+
+
+def _socket_path(value: str | None) -> Path:
+    from slurm_ml.submitd.run import DEFAULT_SOCKET
+
+    return Path(value or os.environ.get("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
+
+
+@click.command("submitd")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="slurm-ml.yaml (default conf/slurm-ml.yaml); re-read on SIGHUP.")
+@click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
+@click.option("--group", default=None,
+              help="Group that owns the socket (SlurmUser's group); mode is 0660.")
+@click.option("--dsn", default=None, help="PostgreSQL DSN (default store.dsn or $SLURM_ML_DSN).")
+def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | None,
+                dsn: str | None) -> None:
+    """Run the admission policy server that job_submit.lua asks (foreground).
+
+    SIGHUP re-reads the config (a bad one is refused, the old one kept) and refreshes
+    budget standing and GPU memory profiles from PostgreSQL; SIGTERM stops it.
+    """
+    from slurm_ml.submitd.run import run_submitd
+    from slurm_ml.submitd.server import SubmitdError
+
+    path = Path(config_path or DEFAULT_CONFIG)
+    cfg = load_config_or_exit(path)
+    try:
+        run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn)
+    except (SubmitdError, OSError) as exc:
+        fail(str(exc))
+
+
+@click.command("submitd-ctl")
+@click.argument("action", type=click.Choice(["ping", "stats", "refresh"]))
+@click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
+    """Ask a running submitd: ping, stats, or refresh its state now.
+
+    Exit 3 when submitd does not answer.
+    """
+    from slurm_ml.submitd.client import SubmitdUnavailable, ask
+
+    try:
+        reply = ask(_socket_path(socket_path), {"v": 1, "op": action})
+    except SubmitdUnavailable as exc:
+        fail(str(exc), EXIT_NOT_READY)
+    if as_json:
+        emit(reply, True, "")
+    elif action == "stats":
+        click.echo("\n".join(f"{k}: {v}" for k, v in sorted(reply.get("stats", {}).items())))
+    else:
+        click.echo(reply.get("action", "?"))
+
+
+@click.command("submit-check", context_settings={"ignore_unknown_options": True,
+                                                "allow_interspersed_args": False})
+@click.option("--user", default=None, help="Submit as this user (default: you).")
+@click.option("--account", default=None, help="Account when the sbatch line has no -A.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="slurm-ml.yaml (default conf/slurm-ml.yaml).")
+@click.option("--dsn", default=None,
+              help="PostgreSQL for budgets and GPU memory profiles (default $SLURM_ML_DSN).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
+def submit_check(*, user: str | None, account: str | None, config_path: str | None,
+                 dsn: str | None, as_json: bool, sbatch_args: tuple[str, ...]) -> None:
+    """What would admission do with this job?  Runs the real policy; submits nothing.
+
+    \b
+    Examples:
+      slurm-ml submit-check -- --gres=gpu:a100_80g:4 --comment=gpu_mem=30G train.sh
+      slurm-ml submit-check --user alice --json -- --gpus=16 --wrap 'srun python x.py'
+
+    Exit codes: 0 the job would be accepted (possibly rewritten); 1 it would be
+    rejected; 2 the sbatch options or the config are invalid.
+    """
+    import getpass
+    import pwd
+
+    from slurm_ml.submitd.check import check, describe
+    from slurm_ml.submitd.run import open_store
+    from slurm_ml.submitd.sbatch_args import SbatchParseError, script_argument
+    from slurm_ml.submitd.server import PolicyServer
+    from slurm_ml.submitd.state import StateRefresher
+
+    cfg = load_config_or_exit(config_path or DEFAULT_CONFIG)
+    name = user or getpass.getuser()
+    try:
+        uid: int | None = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        uid = None
+    script = None
+    try:
+        path = script_argument(sbatch_args)
+    except SbatchParseError as exc:
+        fail(f"sbatch would refuse this: {exc}", EXIT_BAD_INPUT)
+    try:
+        if path is not None:
+            script = Path(path).read_text()
+        elif "--wrap" not in " ".join(sbatch_args) and not sys.stdin.isatty():
+            script = sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read the batch script: {exc}", EXIT_BAD_INPUT)
+    if dsn or cfg.store.dsn or os.environ.get("SLURM_ML_DSN"):
+        store = open_store(cfg, dsn)
+    else:  # one plain line for a researcher, not submitd's log warning
+        click.echo("slurm-ml: note: no database configured (store.dsn / $SLURM_ML_DSN); "
+                   "deciding without budget standing or GPU memory profiles", err=True)
+        store = None
+    refresher = StateRefresher(store, cfg)
+    if store is not None:
+        if not refresher.refresh_once():
+            click.echo(f"slurm-ml: warning: database unavailable ({refresher.last_error}); "
+                       "deciding without budget standing or GPU memory profiles", err=True)
+        store.close()
+    server = PolicyServer(cfg, refresher)
+    try:
+        verdicts = check(server, sbatch_args, script, user=name, user_id=uid, account=account)
+    except SbatchParseError as exc:
+        fail(f"sbatch would refuse this: {exc}", EXIT_BAD_INPUT)
+    emit([v.as_dict() for v in verdicts], as_json, describe(verdicts))
+    if any(v.action == "reject" for v in verdicts):
+        sys.exit(EXIT_FAILED)

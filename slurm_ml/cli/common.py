@@ -1,0 +1,43 @@
+"""What every ``slurm-ml`` command module shares: the exit codes, the default config,
+and how a command fails, prints its result and loads its config.
+
+Exit codes: 0 ok; 1 the operation failed (Slurm, database or dev cluster error, with a
+message); 2 bad input (usage or configuration errors); 3 not ready (e.g. the dev cluster
+is not fully up).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from slurm_ml.assets import asset_path
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
+# The checkout's conf/slurm-ml.yaml, else the copy installed with the package.
+DEFAULT_CONFIG = asset_path("slurm-ml.yaml", strict=False)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print ``slurm-ml: error: MESSAGE`` on stderr and exit ``code``."""
+    click.echo(f"slurm-ml: error: {message}", err=True)
+    sys.exit(code)
+
+
+def emit(data: Any, as_json: bool, human: str) -> None:
+    """Print a command's result: ``data`` as JSON with --json, else the ``human`` text."""
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else human)
+
+
+def load_config_or_exit(path: str | Path) -> Any:
+    """The config at ``path``; an invalid one exits 2 with every error."""
+    from slurm_ml.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        fail(f"invalid configuration {path}:\n{exc}", EXIT_BAD_INPUT)

@@ -1,0 +1,136 @@
+"""``slurm-ml quarantine``: list, resume and reset slurm-ml's node drains and the
+per-class circuit breaker (audited)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, emit, fail, load_config_or_exit
+from slurm_ml.cli.hooks import hook_options, hook_settings, open_db
+
+
+@click.group()
+def quarantine() -> None:
+    """slurm-ml's node drains and the per-class circuit breaker."""
+
+
+def _operator_boundaries(config_path: str | None, dsn: str | None) -> Any:
+    from slurm_ml.hooks import wiring
+
+    settings = hook_settings(config_path, dsn)
+    return wiring.connect(settings, load_config_or_exit(settings.config_path), open_db=open_db)
+
+
+def _operator_errors() -> tuple[type[Exception], ...]:
+    from slurm_ml.hooks.quarantine_ops import QuarantineError
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.store.errors import StoreError
+
+    return (QuarantineError, SlurmError, StoreError)
+
+
+def _actor() -> str:
+    import getpass
+
+    from slurm_ml.hooks import wiring
+
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):
+        login = ""
+    return wiring.operator(os.environ, login)
+
+
+@quarantine.command("list")
+@hook_options
+def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> None:
+    """slurm-ml's drains (with their clean-check streak) and open breaker alarms.
+
+    Exit codes: 0 ok; 1 Slurm or the database could not be read (what could be read is
+    still printed); 2 bad config.
+    """
+    from slurm_ml.hooks import wiring
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        view = wiring.quarantine_list(b)
+    except _operator_errors() as exc:
+        fail(str(exc))
+    finally:
+        b.close()
+    lines = []
+    for d in view.drains:
+        streak = "?" if d.streak is None else str(d.streak)
+        lines.append(f"drained  {d.node:<8} {d.node_class or '-':<10} {streak}/{d.needed} "
+                     f"clean checks  {d.reason}")
+    for a in view.alarms:
+        lines.append(f"ALARM    {a.node_class}: breaker tripped at {a.at.isoformat()} "
+                     f"refusing {a.refused} (drained: {', '.join(a.drained) or '-'}); "
+                     f"`slurm-ml quarantine reset {a.node_class}` re-arms it")
+    if not lines:
+        lines.append("no slurm-ml drains, no breaker alarms")
+    emit(view.to_json(), as_json, "\n".join(lines))
+    if not view.store_ok:
+        click.echo("slurm-ml: error: the database could not be read: alarms and streaks "
+                   "are unknown (" + "; ".join(view.errors) + ")", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@quarantine.command("resume")
+@click.argument("node")
+@click.option("--force", is_flag=True, help="Also lift a drain slurm-ml does not own.")
+@hook_options
+def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str | None,
+                      as_json: bool) -> None:
+    """Resume NODE now (audited). Only a drain slurm-ml owns, unless --force.
+
+    Exit codes: 0 resumed; 1 refused (not drained, drained by someone else) or failed;
+    2 no such node or bad config.
+    """
+    from slurm_ml.hooks import wiring
+    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        result = wiring.quarantine_resume(node, b, actor=_actor(), force=force)
+    except UnknownTarget as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except _operator_errors() as exc:
+        fail(str(exc))
+    finally:
+        b.close()
+    emit(wiring.outcome_json(result), as_json,
+         f"resumed {result.node} (was: {result.previous_reason})"
+         + (" [forced]" if result.forced else ""))
+
+
+@quarantine.command("reset")
+@click.argument("node_class", metavar="CLASS")
+@hook_options
+def quarantine_reset(node_class: str, config_path: str | None, dsn: str | None,
+                     as_json: bool) -> None:
+    """Close the circuit-breaker alarm of node class CLASS (audited), so that slurm-ml
+    drains there again.
+
+    Exit codes: 0 reset; 1 the audit entry could not be written; 2 no such class or bad
+    config.
+    """
+    from slurm_ml.hooks import wiring
+    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+
+    b = _operator_boundaries(config_path, dsn)
+    try:
+        result = wiring.quarantine_reset(node_class, b, actor=_actor())
+    except UnknownTarget as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except _operator_errors() as exc:
+        fail(str(exc))
+    finally:
+        b.close()
+    cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
+    emit(wiring.outcome_json(result), as_json,
+         f"reset {result.node_class}: {cleared} open alarm(s) closed")
