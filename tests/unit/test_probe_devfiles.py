@@ -81,6 +81,8 @@ def test_a_live_process_holding_a_device_file(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     deadline = time.monotonic() + 5
     while device_holders(dev, "gpu05") and time.monotonic() < deadline:
         time.sleep(0.1)

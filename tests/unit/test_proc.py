@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,10 +37,10 @@ def test_timeout_kills_the_process_group(tmp_path: object) -> None:
         # the grandchild would outlive a plain kill of the shell
         proc.run(["sh", "-c", f"sleep 30 & echo $! > {marker}; wait"], timeout_s=0.5)
     assert time.monotonic() - t0 < 5
-    pid = int(open(marker).read())
+    pid = int(Path(marker).read_text())
     time.sleep(0.2)
     try:  # gone, or a zombie waiting for init to reap it
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         state = "gone"
     assert state in {"gone", "Z"}
