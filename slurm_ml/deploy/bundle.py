@@ -166,6 +166,26 @@ def env_text(p: InstallParams) -> str:
             "# EnvironmentFile syntax.\n" + body)
 
 
+def parse_env_text(text: str, source: str = "<env file>") -> dict[str, str]:
+    """The variables of an env file as :func:`env_text` writes it (``VAR=value`` lines,
+    values shell-quoted, ``#`` comments), so that a process can be started with the
+    file's settings in its environment rather than on its command line."""
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise BadInput(f"{source}:{n}: not a VAR=value line: {raw!r}")
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise BadInput(f"{source}:{n}: {exc}: {raw!r}") from exc
+        out[name] = " ".join(words)
+    return out
+
+
 def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
     socket_dir = str(Path(p.submitd_socket).parent)
     return {

@@ -32,8 +32,9 @@ from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config
 from slurm_ml.deploy import install as deploy
+from slurm_ml.deploy import bundle
 from slurm_ml.deploy.bundle import InstallParams
-from slurm_ml.deploy.errors import DeployError
+from slurm_ml.deploy.errors import BadInput, DeployError
 from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.devcluster import daemons, platform
 from slurm_ml.devcluster import health as node_health
@@ -56,6 +57,11 @@ LEGACY_FILES = ("job_submit.lua", "slurm-ml.env")
 #: this + 1 s (Slurm's default 120 s would make every health demo wait two minutes). It
 #: must still exceed a prolog's worst case (slurm.conf: "long enough to ... run prolog").
 CRED_EXPIRE_S = 30
+
+
+def _psql_quote(value: str) -> str:
+    """``value`` inside single quotes of a psql meta-command (``\\set``)."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,21 @@ class DevCluster:
         s = self._secrets()
         p = self.layout.ports.postgres
         return f"postgresql://{PG_USER}:{s.pg_password}@127.0.0.1:{p}/{PG_DB}"
+
+    def service_env(self) -> dict[str, str]:
+        """The environment slurm-ml's services get: the env file ``slurm-ml install``
+        wrote (``<etc>/slurm-ml.env``, mode 0600, holding the DSN)."""
+        path = self.layout.hook_env_file
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise platform.DevClusterError(
+                f"{path}: cannot read the installed env file ({exc.strerror}); "
+                "run `slurm-ml devcluster up`") from exc
+        try:
+            return bundle.parse_env_text(text, str(path))
+        except BadInput as exc:
+            raise platform.DevClusterError(str(exc)) from exc
 
     def env_exports(self) -> dict[str, str]:
         return {
@@ -278,10 +299,12 @@ class DevCluster:
         return proc.run(["munge", "-n"], check=False, timeout_s=10).returncode == 0
 
     def _mysql(self, sql: str) -> str:
+        """Run ``sql`` as MariaDB's root, on stdin: it may hold a password, and a command
+        line is visible to every user in ps."""
         return proc.run(
             ["mariadb", "--no-defaults", f"--socket={self.layout.mysql_socket}", "-u", "root",
-             "-N", "-e", sql],
-            timeout_s=30,
+             "-N"],
+            timeout_s=30, input_text=sql,
         ).stdout
 
     def _mariadb(self) -> None:
@@ -417,10 +440,13 @@ class DevCluster:
             os.kill(pid, signal.SIGHUP)
             return
         argv = [sys.executable, "-m", "slurm_ml.cli", "-v", "submitd",
-                "--socket", str(L.submitd_socket), "--dsn", self.dsn()]
+                "--socket", str(L.submitd_socket)]
         if self.config_path is not None:
             argv += ["--config", str(self.config_path)]
-        pid = proc.spawn_daemon(argv, log_path=str(L.log / "submitd.log"))
+        # The DSN (with its password) comes from the env file install wrote, as a systemd
+        # unit's EnvironmentFile would give it: never on a command line, where ps shows it.
+        pid = proc.spawn_daemon(argv, log_path=str(L.log / "submitd.log"),
+                                env=self.service_env())
         L.pidfile("submitd").write_text(f"{pid}\n")
         daemons.wait_for("submitd", self._submitd_answers, 30)
 
@@ -441,13 +467,14 @@ class DevCluster:
                         input_text=input_text)
 
     def _psql(self, sql: str, **params: str) -> str:
-        """Run ``sql`` as the postgres superuser; ``:'name'`` / ``:"name"`` are quoted by psql."""
+        """Run ``sql`` as the postgres superuser; ``:'name'`` / ``:"name"`` are quoted by psql.
+        The parameters are set by ``\\set`` on stdin, not ``-v`` on the command line: one
+        of them is a password."""
         L = self.layout
         argv = ["psql", "-h", str(L.run), "-p", str(L.ports.postgres), "-d", "postgres",
                 "-v", "ON_ERROR_STOP=1", "-tA", "-f", "-"]
-        for k, v in params.items():
-            argv += ["-v", f"{k}={v}"]
-        return self._as_postgres(argv, input_text=sql).stdout
+        sets = "".join(f"\\set {k} '{_psql_quote(v)}'\n" for k, v in params.items())
+        return self._as_postgres(argv, input_text=sets + sql).stdout
 
     def _postgres(self) -> None:
         L = self.layout

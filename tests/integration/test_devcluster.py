@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -38,6 +40,19 @@ def test_status_json_shows_every_daemon_node_and_researcher(slurm_conf: str) -> 
     users = {u["user"]: u["accounts"] for u in st["users"]}
     assert users["alice"] == ["llm-pretrain", "detection"] and users["carol"] == ["llm-eval"]
     assert "SLURM_ML_DSN" not in json.dumps(st)  # no password in status output
+
+
+def test_no_password_on_any_command_line(slurm_conf: str) -> None:
+    """submitd, the hooks and the databases get their secrets from env files (mode 0600),
+    never from argv, which every user on the host can read with ps."""
+    secrets = json.loads((Path(_state_dir()) / "etc" / "secrets.json").read_text())
+    passwords = [v for v in secrets.values() if isinstance(v, str) and len(v) >= 8]
+    assert passwords, f"no passwords found in secrets.json: {sorted(secrets)}"
+    args = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout
+    assert "slurm_ml.cli -v submitd" in args  # the dev cluster's submitd is running
+    leaked = [line for line in args.splitlines() if any(pw in line for pw in passwords)]
+    assert not leaked, f"a password on a command line: {leaked}"
 
 
 def test_slurmdbd_associations_match_the_budget_tree(slurm_conf: str) -> None:

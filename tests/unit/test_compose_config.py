@@ -31,7 +31,6 @@ import jsonschema
 import pytest
 import yaml
 
-from slurm_ml.assets import SHIPPED
 from slurm_ml.cli import compose as cli_compose
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
@@ -413,13 +412,16 @@ def test_copied_sources_exist_and_are_not_ignored() -> None:
             assert top not in ignored, f"COPY {src}: excluded by .dockerignore"
 
 
-def test_the_image_has_every_file_slurm_ml_install_reads() -> None:
+def test_the_image_has_every_file_slurm_ml_install_and_render_read() -> None:
+    """The package (its share/ and data/ come with it) and the dev cluster's templates,
+    which SLURM_ML_CONF_DIR names."""
     copied = set()
     for word, args in dockerfile_instructions(DOCKERFILE.read_text()):
         if word == "COPY":
-            copied |= {Path(src.rstrip("/")).parts[0] for src in shlex.split(args)[:-1]}
-    missing = [a for a in SHIPPED if Path(a).parts[0] not in copied]
-    assert not missing, f"the image lacks what slurm-ml install reads: {missing}"
+            copied |= {src.rstrip("/") for src in shlex.split(args)[:-1]}
+    assert {"slurm_ml", "devcluster/templates", "pyproject.toml"} <= copied, copied
+    env = " ".join(a for i, a in dockerfile_instructions(DOCKERFILE.read_text()) if i == "ENV")
+    assert "SLURM_ML_CONF_DIR=/opt/slurm-ml/devcluster/templates" in env
 
 
 # ------------------------------------------------------------------ scripts

@@ -207,3 +207,21 @@ def test_uninstall_without_a_manifest_says_so(tmp_path: Path) -> None:
     out = uninstall(etc, cfg=cfg())
     assert out.exit_code == 0 and "not installed" in out.render(diff=False)
     assert "sacctmgr -i delete account name=llm-pretrain" in out.render(diff=False)
+
+
+def test_the_env_file_reads_back_as_it_was_written(tmp_path: Path) -> None:
+    """The dev cluster starts submitd with the env file's variables in its environment
+    (never the DSN on argv), so the file must read back exactly, quoting included."""
+    from dataclasses import replace
+
+    from slurm_ml.deploy.bundle import env_text, parse_env_text
+
+    p = replace(params(tmp_path, tmp_path / "etc"), dsn="postgresql://u:p%20w'd@h:1/db?x=1 2",
+                extra_env=(("SLURM_ML_HOOK_LOG", "/var/log/with space.log"),))
+    back = parse_env_text(env_text(p))
+    assert back["SLURM_ML_DSN"] == "postgresql://u:p%20w'd@h:1/db?x=1 2"
+    assert back["SLURM_ML_HOOK_LOG"] == "/var/log/with space.log"
+    assert back["SLURM_ML_CONFIG"] == str(p.config_path)
+    for bad in ("no equals sign", "1BAD=x", "OK='unterminated"):
+        with pytest.raises(BadInput, match="<env file>:1: "):
+            parse_env_text(bad)
