@@ -53,7 +53,8 @@ def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest
         raise BadInput(
             f"{p.slurm_conf}: no PartitionName line for {', '.join(parts.missing)} "
             f"(cluster.partitions in the config); slurm-ml sets TRESBillingWeights on "
-            f"the partitions it manages: add them first (devcluster/templates/slurm.conf.tmpl shows how)")
+            f"the partitions it manages: add them first (slurm-ml's repository shows how "
+            f"in devcluster/templates/slurm.conf.tmpl)")
     if p.include_line in base.split("\n"):
         raise BadInput(f"{p.slurm_conf} already has '{p.include_line}' but there is no "
                        f"install manifest: remove that line, then install again")

@@ -31,8 +31,8 @@ from typing import Any
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config
-from slurm_ml.deploy import install as deploy
 from slurm_ml.deploy import bundle
+from slurm_ml.deploy import install as deploy
 from slurm_ml.deploy.bundle import InstallParams
 from slurm_ml.deploy.errors import BadInput, DeployError
 from slurm_ml.deploy.manifest import MANIFEST_NAME
