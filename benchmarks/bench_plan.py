@@ -42,7 +42,7 @@ from slurm_ml.config import load_config
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node, NodeClass
-from slurm_ml.store.records import Decision, UtilSample
+from slurm_ml.store.records import ReconcilerDecision, UtilSample
 
 
 def rss_mb() -> float:
@@ -118,10 +118,10 @@ def world(rng: random.Random):  # type: ignore[no-untyped-def]
                                        sampled_at=_at(NOW - k),
                                        util_pct=0.0 if idle else 80.0, mem_used_mb=20_000))
         samples[j.job_id] = tuple(rows)
-    history = tuple(Decision(idempotency_key=f"d{i}", cycle=NOW - 600, job_id=j.job_id,
-                             kind=rng.choice(("requeue", "zombie_warn")), reason="",
-                             decided_at=_at(NOW - rng.randint(0, 3000)), dry_run=False,
-                             details={"gpus": j.total_gpus})
+    history = tuple(ReconcilerDecision(idempotency_key=f"d{i}", cycle=NOW - 600, job_id=j.job_id,
+                                       kind=rng.choice(("requeue", "zombie_warn")), reason="",
+                                       decided_at=_at(NOW - rng.randint(0, 3000)), dry_run=False,
+                                       details={"gpus": j.total_gpus})
                     for i, j in enumerate(rng.sample(running, 1000)))
     obs = Observation(now=NOW, jobs=tuple(jobs), nodes=nodes, usage=tuple(usage),
                       runaway=frozenset(), samples=samples, history=history, orphans=())

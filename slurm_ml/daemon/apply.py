@@ -29,7 +29,7 @@ from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.protocol import Store, WriteOutcome
-from slurm_ml.store.records import AuditEntry, Decision, derive_key
+from slurm_ml.store.records import AuditEntry, ReconcilerDecision, derive_key
 
 log = logging.getLogger(__name__)
 ACTOR = "slurm-ml/daemon"
@@ -61,13 +61,13 @@ def _at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def _decision(plan: Plan, a: Action, *, dry_run: bool) -> Decision:
+def _decision(plan: Plan, a: Action, *, dry_run: bool) -> ReconcilerDecision:
     details = {**a.details, "action": a.kind}
     if a.node:
         details["node"] = a.node
-    return Decision(idempotency_key=a.key + ("/dry" if dry_run else ""), cycle=plan.cycle,
-                    job_id=a.job_id, kind=a.decision, reason=a.reason,
-                    decided_at=_at(plan.now), dry_run=dry_run, details=details)
+    return ReconcilerDecision(idempotency_key=a.key + ("/dry" if dry_run else ""), cycle=plan.cycle,
+                              job_id=a.job_id, kind=a.decision, reason=a.reason,
+                              decided_at=_at(plan.now), dry_run=dry_run, details=details)
 
 
 def _landed(outcome: WriteOutcome) -> bool:
@@ -126,7 +126,7 @@ class Applier:
             report.stopped = "lost the leader lock"
             return
         values = sorted(set(plan.changed.values()))
-        _landed(self.store.record_decision(Decision(
+        _landed(self.store.record_decision(ReconcilerDecision(
             idempotency_key=derive_key("daemon.site_factor", plan.cycle, sorted(plan.changed)),
             cycle=plan.cycle, job_id=None, kind="site_factor", decided_at=_at(plan.now),
             reason=f"SiteFactor changed for {len(plan.changed)} pending job(s)",

@@ -19,7 +19,7 @@ from slurm_ml.policy.reclaim import ORPHAN_CHECK
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
-from slurm_ml.store.records import Decision, HealthEvent, UtilSample
+from slurm_ml.store.records import HealthEvent, ReconcilerDecision, UtilSample
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Observation:
     usage: tuple[JobUsage, ...]  # slurmdbd, clipped to the window
     runaway: frozenset[int]
     samples: Mapping[int, tuple[UtilSample, ...]]  # running jobs' GPU samples, by job
-    history: tuple[Decision, ...]  # the daemon's own applied decisions (requeues, warnings)
+    history: tuple[ReconcilerDecision, ...]  # its own applied decisions (requeues, warnings)
     orphans: tuple[HealthEvent, ...]
 
 

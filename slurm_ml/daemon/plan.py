@@ -19,7 +19,7 @@ from slurm_ml.model import JobState
 from slurm_ml.policy.contracts import PreemptionLedger, allocation_positions, plan_requeues
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
 from slurm_ml.policy.reclaim import orphan_drains, stuck_completing, zombie_verdicts
-from slurm_ml.store.records import BudgetSnapshot, Decision, derive_key
+from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, derive_key
 
 #: Decision kinds that requeued a job (cooldown and the cluster cap count both).
 REQUEUE_KINDS = ("requeue", "zombie_requeue")
@@ -61,7 +61,7 @@ def _epoch(at: datetime) -> int:
     return int(at.timestamp())
 
 
-def ledger(history: Sequence[Decision]) -> PreemptionLedger:
+def ledger(history: Sequence[ReconcilerDecision]) -> PreemptionLedger:
     last: dict[int, int] = {}
     recent: list[tuple[int, int]] = []
     for d in history:
@@ -73,7 +73,7 @@ def ledger(history: Sequence[Decision]) -> PreemptionLedger:
     return PreemptionLedger(last_requeue=last, recent=recent)
 
 
-def warned_at(history: Sequence[Decision]) -> dict[int, int]:
+def warned_at(history: Sequence[ReconcilerDecision]) -> dict[int, int]:
     out: dict[int, int] = {}
     for d in history:
         if d.kind == "zombie_warn" and d.job_id is not None:

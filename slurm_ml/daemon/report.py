@@ -15,7 +15,7 @@ from typing import Any
 from slurm_ml.model import Job
 from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
-from slurm_ml.store.records import Decision, JobGpuStats
+from slurm_ml.store.records import JobGpuStats, ReconcilerDecision
 
 
 def _num(x: float | None, digits: int = 2) -> float | None:
@@ -131,7 +131,7 @@ def admission_record(job: Job | None) -> dict[str, Any] | None:
 
 
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
-             fair: FairShare | None, decisions: Sequence[Decision]) -> dict[str, Any]:
+             fair: FairShare | None, decisions: Sequence[ReconcilerDecision]) -> dict[str, Any]:
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
     if job is not None:
         out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,

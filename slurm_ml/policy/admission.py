@@ -36,7 +36,7 @@ RECORD_PREFIX = "slurm-ml "
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AdmissionDecision:
     """What to do with a submission. ``accept`` with no changes is a pass-through."""
 
     accept: bool = True
@@ -60,7 +60,7 @@ class Decision:
         return RECORD_PREFIX + json.dumps(self.record, separators=(",", ":"), sort_keys=True)
 
 
-PASS = Decision()
+PASS = AdmissionDecision()
 
 
 def read_record(admin_comment: str) -> dict[str, object] | None:
@@ -91,7 +91,7 @@ def recorded_min_runtime_min(admin_comment: str) -> int | None:
 
 
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
-           now: datetime, *, routing: bool = True) -> Decision:
+           now: datetime, *, routing: bool = True) -> AdmissionDecision:
     """Rewrite, pass or reject one job; ``routing=False`` for updates of existing jobs."""
     if not req.is_gpu:
         return PASS
@@ -99,10 +99,11 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         return PASS
     unknown = sorted(req.typed_gpus - set(cfg.gpu_types))
     if unknown:
-        return Decision(accept=False, code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
-                        message=(f"slurm-ml rejected this job: GPU type {', '.join(unknown)} "
-                                 f"does not exist on this cluster; the types are "
-                                 f"{', '.join(view.type_order)}."))
+        return AdmissionDecision(
+            accept=False, code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
+            message=(f"slurm-ml rejected this job: GPU type {', '.join(unknown)} "
+                     f"does not exist on this cluster; the types are "
+                     f"{', '.join(view.type_order)}."))
     keys = comment_keys(req.comment)
     fragment = "allow_fragment" in keys
     constraint = parse_constraint(req.features)
@@ -114,7 +115,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
                     margin_pct=cfg.policy.admission.memory_margin_pct,
                     gpus_per_node=total // max(req.min_nodes or 1, 1) if fragment else total)
     except BadCommentKey as exc:
-        return Decision(accept=False, code=SLURM_ERROR, message=f"slurm-ml: {exc}.")
+        return AdmissionDecision(accept=False, code=SLURM_ERROR, message=f"slurm-ml: {exc}.")
     if constraint is None:  # too rich to rewrite: keep the user's own type choice
         cap = Capability(cap.requested, tuple(t for t in view.type_order if t in cap.requested))
     candidates = _eligible(view.in_partitions(req.partitions), constraint, view)
@@ -123,8 +124,8 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         wider = _shape_on(req, candidates, frozenset(cap.acceptable), view, fragment)
         verdict = wider if not wider.reject else verdict
     if verdict.reject:
-        return Decision(accept=False, code=verdict.code,
-                        message=f"slurm-ml rejected this job: {verdict.reject}.")
+        return AdmissionDecision(accept=False, code=verdict.code,
+                                 message=f"slurm-ml rejected this job: {verdict.reject}.")
     layout = verdict.layout
     types = _final_types(req, cap, layout, candidates, view.type_order)
     widened = bool(cap.requested) and not set(types) <= cap.requested
@@ -139,7 +140,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
     if rt.note:
         notes.append(rt.note)
     typed = sorted(req.typed_gpus)
-    return Decision(
+    return AdmissionDecision(
         message=("slurm-ml: " + " ".join(notes)) if notes else "",
         layout=layout,
         gpu_type=typed[0] if len(typed) == 1 and not widened else None,

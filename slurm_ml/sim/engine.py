@@ -25,7 +25,7 @@ from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.engine_sample import sample
 from slurm_ml.sim.engine_sched import Scheduler
 from slurm_ml.sim.engine_state import DONE, NEVER, PENDING, RUNNING, SimSettings, SimState, Task
-from slurm_ml.sim.policies import POLICIES, Decision, make_policy
+from slurm_ml.sim.policies import POLICIES, BudgetCycleDecision, make_policy
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
 from slurm_ml.sim.workload import SimJob
 
@@ -43,7 +43,7 @@ class CycleRecord:
 
     t_s: float
     sample: CycleSample
-    decision: Decision | None  # budget: what the policy decided, and on what inputs
+    decision: BudgetCycleDecision | None  # budget: what the policy decided, and on what inputs
 
 
 def simulate(cfg: Config, jobs: Sequence[SimJob], policy: str, *,

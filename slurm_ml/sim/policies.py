@@ -42,7 +42,7 @@ POLICIES = (FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT)
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class BudgetCycleDecision:
     """What one cycle of a budget policy decided, and on what (for tests and reports)."""
 
     now: int  # epoch seconds, as the policies saw it
@@ -62,7 +62,7 @@ class CycleOutcome:
 
     fair: FairShare | None = None
     requeues: list[Requeue] = field(default_factory=list)
-    decision: Decision | None = None
+    decision: BudgetCycleDecision | None = None
     reordered: bool = True  # keys changed: the engine re-sorts the queue
 
 
@@ -192,9 +192,10 @@ class Budget(Policy):
         victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger, free,
                                            st.cluster.total, cfg.policy.contracts)
-        decision = Decision(now=now, fair=fair, site_factors=factors, waiting=tuple(waiting),
-                            running=tuple(running), positions=pos, ledger=ledger,
-                            free_gpus=free, requeues=tuple(requeues))
+        decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
+                                       waiting=tuple(waiting), running=tuple(running),
+                                       positions=pos, ledger=ledger, free_gpus=free,
+                                       requeues=tuple(requeues))
         return CycleOutcome(fair=fair, requeues=requeues, decision=decision)
 
 

@@ -22,16 +22,17 @@ from slurm_ml.store.records import (
     RECORD_TYPES,
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     GpuMemProfile,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     Record,
     UtilSample,
     check_since,
 )
 
-R = TypeVar("R", HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, Decision, AuditEntry)
+R = TypeVar("R", HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, ReconcilerDecision,
+            AuditEntry)
 
 _TARGET = "fake:0/fake"
 
@@ -151,9 +152,10 @@ class FakeStore(OneWritePath):
         )
         return out[:limit]
 
-    def decisions_for_job(self, job_id: int) -> list[Decision]:
+    def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._select(
-            Decision, lambda d: d.job_id == job_id, lambda d: d.decided_at, newest_first=False
+            ReconcilerDecision, lambda d: d.job_id == job_id, lambda d: d.decided_at,
+            newest_first=False,
         )
 
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
@@ -238,14 +240,14 @@ class FakeStore(OneWritePath):
 
     def decisions_since(
         self, since: datetime, kinds: Collection[str] | None = None
-    ) -> list[Decision]:
+    ) -> list[ReconcilerDecision]:
         bound = require_since(since)
         names = text_filter("kinds", kinds)
         if names is not None and not names:
             return []
         wanted = None if names is None else frozenset(names)
         return self._select(
-            Decision,
+            ReconcilerDecision,
             lambda d: d.decided_at >= bound and (wanted is None or d.kind in wanted),
             lambda d: d.decided_at,
             newest_first=False,

@@ -20,10 +20,10 @@ from slurm_ml.store.protocol import OneWritePath, WriteOutcome
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     GpuMemProfile,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     Record,
     UtilSample,
 )
@@ -50,7 +50,7 @@ class OfflineStore(OneWritePath):
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
         self._down()
 
-    def decisions_for_job(self, job_id: int) -> list[Decision]:
+    def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         self._down()
 
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
@@ -79,7 +79,7 @@ class OfflineStore(OneWritePath):
         self._down()
 
     def decisions_since(self, since: datetime,
-                        kinds: Collection[str] | None = None) -> list[Decision]:
+                        kinds: Collection[str] | None = None) -> list[ReconcilerDecision]:
         require_since(since)
         if text_filter("kinds", kinds) == []:
             return []

@@ -27,10 +27,10 @@ from slurm_ml.store.protocol import WriteOutcome
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     GpuMemProfile,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     UtilSample,
     check_since,
 )
@@ -42,7 +42,7 @@ R = TypeVar(
     JobGpuStats,
     UtilSample,
     BudgetSnapshot,
-    Decision,
+    ReconcilerDecision,
     AuditEntry,
     GpuMemProfile,
 )
@@ -443,7 +443,7 @@ class PostgresStore:
             },
         )
 
-    def record_decision(self, decision: Decision) -> WriteOutcome:
+    def record_decision(self, decision: ReconcilerDecision) -> WriteOutcome:
         return self._insert(
             _INSERT_DECISION,
             {
@@ -505,8 +505,8 @@ class PostgresStore:
             {"user": user, "job_name": job_name, "limit": limit},
         )
 
-    def decisions_for_job(self, job_id: int) -> list[Decision]:
-        return self._select(Decision, _SELECT_DECISIONS_FOR_JOB, {"job_id": job_id})
+    def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
+        return self._select(ReconcilerDecision, _SELECT_DECISIONS_FOR_JOB, {"job_id": job_id})
 
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         bound = check_since(since)
@@ -563,15 +563,15 @@ class PostgresStore:
 
     def decisions_since(
         self, since: datetime, kinds: Collection[str] | None = None
-    ) -> list[Decision]:
+    ) -> list[ReconcilerDecision]:
         bound = require_since(since)
         wanted = text_filter("kinds", kinds)
         if wanted is None:
-            return self._select(Decision, _SELECT_DECISIONS_SINCE, {"since": bound})
+            return self._select(ReconcilerDecision, _SELECT_DECISIONS_SINCE, {"since": bound})
         if not wanted:
             return []
         return self._select(
-            Decision, _SELECT_DECISIONS_SINCE_KINDS, {"since": bound, "kinds": wanted}
+            ReconcilerDecision, _SELECT_DECISIONS_SINCE_KINDS, {"since": bound, "kinds": wanted}
         )
 
     def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:

@@ -15,10 +15,10 @@ from typing import Protocol, runtime_checkable
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     GpuMemProfile,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     Record,
     UtilSample,
 )
@@ -53,7 +53,7 @@ class Store(Protocol):
 
     def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome: ...
 
-    def record_decision(self, decision: Decision) -> WriteOutcome: ...
+    def record_decision(self, decision: ReconcilerDecision) -> WriteOutcome: ...
 
     def audit(self, entry: AuditEntry) -> WriteOutcome: ...
 
@@ -67,7 +67,7 @@ class Store(Protocol):
         """Per-GPU rows of that user's jobs with that name, newest ``ended_at`` first."""
         ...
 
-    def decisions_for_job(self, job_id: int) -> list[Decision]:
+    def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         """Oldest first (decided_at, then insertion order)."""
         ...
 
@@ -113,7 +113,7 @@ class Store(Protocol):
 
     def decisions_since(
         self, since: datetime, kinds: Collection[str] | None = None
-    ) -> list[Decision]:
+    ) -> list[ReconcilerDecision]:
         """Decisions with ``decided_at >= since`` of ``kinds`` (None: of every kind).
 
         Oldest first (decided_at, then insertion order); an empty ``kinds`` gives [].
@@ -170,7 +170,7 @@ class OneWritePath:
     def record_budget_snapshot(self, snapshot: BudgetSnapshot) -> WriteOutcome:
         return self._write(snapshot)
 
-    def record_decision(self, decision: Decision) -> WriteOutcome:
+    def record_decision(self, decision: ReconcilerDecision) -> WriteOutcome:
         return self._write(decision)
 
     def audit(self, entry: AuditEntry) -> WriteOutcome:
@@ -187,6 +187,6 @@ def write_record(store: Store, record: Record) -> WriteOutcome:
         return store.record_util_sample(record)
     if isinstance(record, BudgetSnapshot):
         return store.record_budget_snapshot(record)
-    if isinstance(record, Decision):
+    if isinstance(record, ReconcilerDecision):
         return store.record_decision(record)
     return store.audit(record)

@@ -261,7 +261,7 @@ class BudgetSnapshot:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
+class ReconcilerDecision:
     """One decision of a reconciler cycle (applied, or only logged when ``dry_run``).
 
     ``job_id`` is None for decisions about nodes (drain, resume); put the node in
@@ -329,11 +329,12 @@ class GpuMemProfile:
     runs: int
 
 
-Record = HealthEvent | JobGpuStats | UtilSample | BudgetSnapshot | Decision | AuditEntry
+Record = HealthEvent | JobGpuStats | UtilSample | BudgetSnapshot | ReconcilerDecision | AuditEntry
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.KIND: cls
-    for cls in (HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, Decision, AuditEntry)
+    for cls in (HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, ReconcilerDecision,
+                AuditEntry)
 }
 
 _DATETIME_FIELDS: dict[str, frozenset[str]] = {

@@ -34,10 +34,10 @@ from slurm_ml.store.protocol import OneWritePath, Store, WriteOutcome, write_rec
 from slurm_ml.store.records import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     GpuMemProfile,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     Record,
     UtilSample,
     record_from_json,
@@ -456,7 +456,7 @@ class SpoolingStore(OneWritePath):
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
         return self._inner.job_gpu_stats_for(user, job_name, limit)
 
-    def decisions_for_job(self, job_id: int) -> list[Decision]:
+    def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._inner.decisions_for_job(job_id)
 
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
@@ -483,7 +483,7 @@ class SpoolingStore(OneWritePath):
 
     def decisions_since(
         self, since: datetime, kinds: Collection[str] | None = None
-    ) -> list[Decision]:
+    ) -> list[ReconcilerDecision]:
         return self._inner.decisions_since(since, kinds)
 
     def job_gpu_stats_since(self, since: datetime) -> list[JobGpuStats]:

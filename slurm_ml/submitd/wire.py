@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_ml.model import GpuRequest
-from slurm_ml.policy.admission import Decision
+from slurm_ml.policy.admission import AdmissionDecision
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 
@@ -224,7 +224,7 @@ def _rewrite(spec: str, gpu_item: str | None, *, untype: bool = False) -> str:
     return ",".join(out)
 
 
-def reply_for(decision: Decision, job: Mapping[str, Any], req: JobRequest,
+def reply_for(decision: AdmissionDecision, job: Mapping[str, Any], req: JobRequest,
               *, leaf_wait_s: int, update: bool = False) -> dict[str, Any]:
     """The reply line for a decision on ``job`` (the fields the shim sent).
 

@@ -20,7 +20,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from slurm_ml.store import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     DrainResult,
     FakeStore,
     HealthEvent,
@@ -28,6 +27,7 @@ from slurm_ml.store import (
     Migration,
     MigrationError,
     PostgresStore,
+    ReconcilerDecision,
     Record,
     SpoolingStore,
     Store,
@@ -49,7 +49,7 @@ TABLES = {
     "job_gpu_stats": JobGpuStats,
     "util_samples": UtilSample,
     "budget_snapshots": BudgetSnapshot,
-    "decisions": Decision,
+    "decisions": ReconcilerDecision,
     "audit_log": AuditEntry,
 }
 
@@ -118,7 +118,7 @@ def one_of_each(tag: str = "") -> list[Record]:
             usage_gpu_hours=0.0,
             owed_gpu_hours=0.0,
         ),
-        Decision(
+        ReconcilerDecision(
             idempotency_key=f"d{tag}",
             cycle=17,
             job_id=42,
@@ -128,7 +128,7 @@ def one_of_each(tag: str = "") -> list[Record]:
             dry_run=True,
             details={"victim_share": 1.4, "preemptor": 43},
         ),
-        Decision(
+        ReconcilerDecision(
             idempotency_key=f"d2{tag}",
             cycle=17,
             job_id=None,
@@ -332,7 +332,7 @@ def test_readers_match_the_fake(store: PostgresStore) -> None:
                 usage_gpu_hours=float(i),
                 owed_gpu_hours=1.0,
             ),
-            Decision(
+            ReconcilerDecision(
                 idempotency_key=f"d{i}",
                 cycle=i,
                 job_id=i % 3,

@@ -21,11 +21,11 @@ from psycopg.conninfo import make_conninfo
 
 from slurm_ml.store import (
     AuditEntry,
-    Decision,
     FakeStore,
     HealthEvent,
     JobGpuStats,
     PostgresStore,
+    ReconcilerDecision,
     Record,
     SpoolingStore,
     Store,
@@ -65,7 +65,7 @@ def history(seed: int = 5) -> list[Record]:
         )
     for i in range(250):
         out.append(
-            Decision(
+            ReconcilerDecision(
                 idempotency_key=f"d{i}",
                 cycle=rng.randint(0, 50),
                 job_id=rng.choice([None, *JOBS]),

@@ -22,7 +22,7 @@ from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.errors import StoreUnavailable
 from slurm_ml.store.fake import FakeStore
 from slurm_ml.store.leader import FakeLockTable
-from slurm_ml.store.records import AuditEntry, Decision, UtilSample, derive_key
+from slurm_ml.store.records import AuditEntry, ReconcilerDecision, UtilSample, derive_key
 
 HOUR = 3600
 
@@ -283,7 +283,7 @@ def test_store_outage_during_leader_election_is_reported_not_raised() -> None:
 def test_decisions_are_json_and_carry_the_cycle() -> None:
     slurm, store = world(), FakeStore()
     daemon(slurm, store).cycle()
-    rows: list[Decision] = store.decisions_since(datetime(2000, 1, 1, tzinfo=UTC))
+    rows: list[ReconcilerDecision] = store.decisions_since(datetime(2000, 1, 1, tzinfo=UTC))
     assert {d.cycle for d in rows} == {NOW}
     with pytest.raises(StoreUnavailable):
         store.set_available(False)

@@ -17,7 +17,7 @@ from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
-from slurm_ml.store.records import BudgetSnapshot, Decision, JobGpuStats
+from slurm_ml.store.records import BudgetSnapshot, JobGpuStats, ReconcilerDecision
 
 
 def _fair() -> tuple[FakeSlurm, FairShare]:
@@ -61,9 +61,9 @@ def test_utilisation_is_weighted_by_run_time() -> None:
 def test_why_explains_site_factor_admission_and_history() -> None:
     slurm, fair = _fair()
     job = slurm.jobs[20]
-    decision = Decision(idempotency_key="k", cycle=1, job_id=20, kind="requeue",
-                        reason="requeued after its 60-min minimum runtime",
-                        decided_at=datetime.fromtimestamp(NOW, UTC), dry_run=False)
+    decision = ReconcilerDecision(idempotency_key="k", cycle=1, job_id=20, kind="requeue",
+                                  reason="requeued after its 60-min minimum runtime",
+                                  decided_at=datetime.fromtimestamp(NOW, UTC), dry_run=False)
     job = dataclasses.replace(job, admin_comment='slurm-ml {"qos":"alloc","v":1}')
     data = report.why_json(20, job, {"site": 5, "age": 1}, fair, [decision])
 

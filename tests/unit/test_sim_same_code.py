@@ -28,9 +28,9 @@ from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger
 from slurm_ml.sim import policies
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
-from slurm_ml.sim.policies import Decision
+from slurm_ml.sim.policies import BudgetCycleDecision
 from slurm_ml.sim.workload import SimJob
-from slurm_ml.store.records import Decision as AuditDecision
+from slurm_ml.store.records import ReconcilerDecision
 
 # --------------------------------------------------------------------------- (a)
 
@@ -137,8 +137,8 @@ def mixed_scenario() -> tuple[Config, list[SimJob]]:
     return cfg, jobs
 
 
-def observation(cfg: Config, decision: Decision, footprints: list[Footprint],
-                specs: dict[int, SimJob], history: list[AuditDecision]) -> Observation:
+def observation(cfg: Config, decision: BudgetCycleDecision, footprints: list[Footprint],
+                specs: dict[int, SimJob], history: list[ReconcilerDecision]) -> Observation:
     """What the daemon would observe of the simulated cluster at this cycle."""
     jobs: list[Job] = []
     count = len(decision.waiting)
@@ -189,7 +189,7 @@ def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPa
         return real(cfg, fps, now, *args, **kw)
 
     monkeypatch.setattr(fairshare, "fair_share", recording)
-    history: list[AuditDecision] = []
+    history: list[ReconcilerDecision] = []
     cycles = requeued = ties = compared = 0
     for record in Engine(cfg, jobs, "budget", SETTINGS).cycles():
         decision = record.decision
@@ -214,7 +214,7 @@ def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPa
             assert daemon_requeues == [(r.victim, r.for_job) for r in decision.requeues]
             compared += bool(decision.requeues)
         for rq in decision.requeues:
-            history.append(AuditDecision(
+            history.append(ReconcilerDecision(
                 idempotency_key=f"rq{len(history)}", cycle=0, job_id=rq.victim, kind="requeue",
                 reason=rq.reason, decided_at=datetime.fromtimestamp(decision.now, UTC),
                 dry_run=False, details={"gpus": rq.gpus}))

@@ -9,10 +9,10 @@ import pytest
 from slurm_ml.store import (
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     FakeStore,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     Store,
     StoreError,
     StoreIntegrityError,
@@ -54,8 +54,8 @@ def stats(
     )
 
 
-def decision(key: str, job_id: int | None, minutes: int) -> Decision:
-    return Decision(
+def decision(key: str, job_id: int | None, minutes: int) -> ReconcilerDecision:
+    return ReconcilerDecision(
         idempotency_key=key,
         cycle=minutes,
         job_id=job_id,

@@ -14,9 +14,9 @@ from slurm_ml.store import (
     RECORD_TYPES,
     AuditEntry,
     BudgetSnapshot,
-    Decision,
     HealthEvent,
     JobGpuStats,
+    ReconcilerDecision,
     UtilSample,
     derive_key,
 )
@@ -101,7 +101,7 @@ def test_numeric_ranges_and_normal_forms() -> None:
             owed_gpu_hours=0,
         )
     with pytest.raises(ValueError, match="dry_run"):
-        Decision(
+        ReconcilerDecision(
             idempotency_key="d",
             cycle=1,
             job_id=None,
@@ -236,7 +236,7 @@ records = st.one_of(
         site_factor=st.none() | st.integers(-(2**63), 2**63 - 1),
     ),
     st.builds(
-        Decision,
+        ReconcilerDecision,
         idempotency_key=names,
         cycle=ids,
         job_id=st.none() | ids,

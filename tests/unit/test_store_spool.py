@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from slurm_ml.store import (
     AuditEntry,
-    Decision,
     DrainResult,
     FakeStore,
     HealthEvent,
+    ReconcilerDecision,
     Record,
     Spool,
     SpoolError,
@@ -54,7 +54,7 @@ def mixed(i: int) -> Record:
     if i % 3 == 0:
         return ev(i)
     if i % 3 == 1:
-        return Decision(
+        return ReconcilerDecision(
             idempotency_key=f"d{i}",
             cycle=i,
             job_id=i,
@@ -75,7 +75,7 @@ def mixed(i: int) -> Record:
 
 
 def landed(fake: FakeStore) -> list[Record]:
-    return [*fake.rows(HealthEvent), *fake.rows(Decision), *fake.rows(UtilSample)]
+    return [*fake.rows(HealthEvent), *fake.rows(ReconcilerDecision), *fake.rows(UtilSample)]
 
 
 def spool_file(d: Path) -> Path:

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from slurm_ml.store import (
     AuditEntry,
-    Decision,
     FakeStore,
     HealthEvent,
     JobGpuStats,
     OfflineStore,
     PostgresStore,
+    ReconcilerDecision,
     Record,
     SpoolingStore,
     Store,
@@ -51,8 +51,8 @@ def sample(key: str, job_id: int, minutes: int) -> UtilSample:
     )
 
 
-def decision(key: str, kind: str, minutes: int, *, dry_run: bool = False) -> Decision:
-    return Decision(
+def decision(key: str, kind: str, minutes: int, *, dry_run: bool = False) -> ReconcilerDecision:
+    return ReconcilerDecision(
         idempotency_key=key,
         cycle=minutes + 100,
         job_id=7,
