@@ -10,7 +10,7 @@
 #   cluster    ClusterName, registered in slurmdbd
 #   QOS free   unallocated work, uncharged and requeued: UsageFactor=0 PreemptMode=requeue GraceTime=120 Priority=0
 #   QOS alloc  budgeted work, may preempt free: UsageFactor=1 Preempt=free PreemptExemptTime=08:00:00 Priority=100
-#                PreemptExemptTime = policy.contracts.min_runtime_cap_hours
+#                PreemptExemptTime = policy.contracts.min_runtime_cap_min
 #   accounts   budgets.org > programs > projects, each allowed both QOS (default alloc)
 #   users      budgets...users, default account = the first project that lists them
 #

@@ -5,6 +5,8 @@ The package, one job per module:
 * :mod:`~slurm_ml.config.schema`: the sections as frozen dataclasses, each knob with its
   default and range check;
 * :mod:`~slurm_ml.config.checks`: the value checks (ranges, Slurm-safe names);
+* :mod:`~slurm_ml.config.rules`: the rules that span knobs (priority bands, QOS weight,
+  minimum runtime);
 * :mod:`~slurm_ml.config.parse`: :func:`parse_config`, which validates parsed data and
   reports every problem at once, with its path (``budgets.programs[1].weight: must be
   > 0``);
@@ -29,6 +31,7 @@ from slurm_ml.config.schema import (
     FairshareConfig,
     PartitionConfig,
     PolicyConfig,
+    PriorityWeightsConfig,
     QuarantineConfig,
     ReclaimConfig,
     SlurmConfig,
@@ -46,6 +49,7 @@ __all__ = [
     "FairshareConfig",
     "PartitionConfig",
     "PolicyConfig",
+    "PriorityWeightsConfig",
     "QuarantineConfig",
     "ReclaimConfig",
     "SlurmConfig",

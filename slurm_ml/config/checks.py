@@ -17,6 +17,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 __all__ = [
     "NAME_CHARS",
     "NAME_RE",
+    "SLURM_WEIGHT_MAX",
     "Check",
     "absolute",
     "check_capability",
@@ -30,6 +31,7 @@ __all__ = [
     "margin_percent",
     "nodeset",
     "percent",
+    "slurm_weight",
 ]
 
 _T = TypeVar("_T")
@@ -66,6 +68,14 @@ def percent(value: float) -> str | None:
 def margin_percent(value: float) -> str | None:
     # 100% margin would make every request unsatisfiable.
     return None if 0 <= value < 100 else "must be in [0, 100)"
+
+
+#: Slurm reads every PriorityWeight* as a 32-bit unsigned integer.
+SLURM_WEIGHT_MAX = 4_294_967_295
+
+
+def slurm_weight(value: int) -> str | None:
+    return None if 0 <= value <= SLURM_WEIGHT_MAX else f"must be in [0, {SLURM_WEIGHT_MAX}]"
 
 
 def command_line(value: str) -> str | None:

@@ -35,6 +35,7 @@ from slurm_ml.config.checks import (
     nodeset,
 )
 from slurm_ml.config.errors import ConfigError, ConfigIssue, one_line, show
+from slurm_ml.config.rules import policy_issues
 from slurm_ml.config.schema import (
     AdmissionConfig,
     ClusterConfig,
@@ -44,6 +45,7 @@ from slurm_ml.config.schema import (
     FairshareConfig,
     PartitionConfig,
     PolicyConfig,
+    PriorityWeightsConfig,
     QuarantineConfig,
     ReclaimConfig,
     SlurmConfig,
@@ -54,7 +56,7 @@ from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, GpuType, No
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["SECTIONS_OPTIONAL", "SECTIONS_REQUIRED", "parse_config"]
+__all__ = ["RENAMED", "SECTIONS_OPTIONAL", "SECTIONS_REQUIRED", "parse_config"]
 
 _T = TypeVar("_T")
 _D = TypeVar("_D", bound="DataclassInstance")
@@ -66,6 +68,19 @@ _Conv = Callable[[object, str], Any]
 #: The top-level sections, in the order a file usually has them.
 SECTIONS_REQUIRED = ("cluster", "gpu_types", "node_classes", "budgets")
 SECTIONS_OPTIONAL = ("policy", "slurm", "store", "daemon")
+
+
+def _hours_to_minutes(value: object) -> str:
+    minutes = (f"{value * 60:g}" if isinstance(value, int | float) and not isinstance(value, bool)
+               and math.isfinite(value) else "<hours x 60>")
+    return ("renamed: the cap is in minutes now, like policy.admission.default_min_runtime_min; "
+            f"write min_runtime_cap_min: {minutes} instead")
+
+
+#: Keys that were renamed, by path: what to write instead, given the old value.
+RENAMED: dict[str, Callable[[object], str]] = {
+    "policy.contracts.min_runtime_cap_hours": _hours_to_minutes,
+}
 
 
 def _join(path: str, key: str) -> str:
@@ -109,6 +124,8 @@ class _Parser:
         for key, item in value.items():
             if not isinstance(key, str):
                 self.error(_join(path, str(key)), f"unknown {word} {show(key)}{_hint('', known)}")
+            elif _join(path, key) in RENAMED:
+                self.error(_join(path, key), RENAMED[_join(path, key)](item))
             elif key not in known:
                 self.error(_join(path, key), f"unknown {word}{_hint(key, known)}")
             else:
@@ -566,6 +583,8 @@ def parse_config(data: object, source: str = "<config>") -> Config:
     if "budgets" in sections:
         budgets = parser.budgets(sections["budgets"], "budgets")
     policy = _policy(parser, sections.get("policy"))
+    if policy is not None:
+        parser.issues.extend(policy_issues(policy, budgets))
     slurm = parser.knobs(sections.get("slurm"), "slurm", SlurmConfig)
     store = parser.knobs(sections.get("store"), "store", StoreConfig)
     daemon = parser.knobs(sections.get("daemon"), "daemon", DaemonConfig)
@@ -600,6 +619,7 @@ def _policy(parser: _Parser, value: object) -> PolicyConfig | None:
         return PolicyConfig()
     parts: dict[str, type[Any]] = {
         "fairshare": FairshareConfig,
+        "priority_weights": PriorityWeightsConfig,
         "contracts": ContractsConfig,
         "reclaim": ReclaimConfig,
         "admission": AdmissionConfig,
@@ -613,13 +633,4 @@ def _policy(parser: _Parser, value: object) -> PolicyConfig | None:
     }
     if any(part is None for part in got.values()):
         return None
-    fs = got["fairshare"]
-    if fs.short_job_boost + fs.nice_range >= fs.site_factor_step:
-        parser.error("policy.fairshare.short_job_boost",
-                     f"short_job_boost + nice_range ({fs.short_job_boost} + {fs.nice_range}) "
-                     f"must stay below site_factor_step ({fs.site_factor_step}), or a short "
-                     "job could overtake a higher-ranked team's work")
-        return None
     return PolicyConfig(**got)
-
-

@@ -23,6 +23,7 @@ from slurm_ml.config.checks import (
     margin_percent,
     nodeset,
     percent,
+    slurm_weight,
 )
 from slurm_ml.model import BudgetTree, GpuType, NodeClass
 
@@ -35,6 +36,7 @@ __all__ = [
     "FairshareConfig",
     "PartitionConfig",
     "PolicyConfig",
+    "PriorityWeightsConfig",
     "QuarantineConfig",
     "ReclaimConfig",
     "SlurmConfig",
@@ -57,8 +59,9 @@ class FairshareConfig:
     window_hours: float = knob(168.0, gt(0))  # sliding usage window fair-share looks back over
     site_factor_max: int = knob(100_000, gt(0))  # SiteFactor given to the most under-served job
     cycle_interval_s: float = knob(60.0, gt(0))  # time between reconciler cycles
-    # SiteFactor between adjacent ranks; must exceed the sum of the other priority weights
-    # (age, fairshare, job size, partition) so that the rank dominates them.
+    # SiteFactor between adjacent ranks; must exceed nice_range + short_job_boost + the
+    # other priority weights (policy.priority_weights), so that no job crosses a band
+    # (slurm_ml.config.rules).
     site_factor_step: int = knob(1000, ge(1))
     # How far a user's own --nice moves a job inside its team's band (never across bands).
     nice_range: int = knob(500, ge(0))
@@ -73,10 +76,33 @@ class FairshareConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PriorityWeightsConfig:
+    """The ``PriorityWeight*`` of slurm.conf, rendered by ``slurm-ml install`` into
+    slurm-ml.conf. Slurm adds each weight times its factor (in [0, 1]) to a job's
+    priority; the SiteFactor bands (``policy.fairshare``) are added unweighted, so these
+    must stay small against ``site_factor_step`` and ``qos`` large against the bands
+    (:mod:`slurm_ml.config.rules`)."""
+
+    age: int = knob(100, slurm_weight)  # PriorityWeightAge (full at PriorityMaxAge, 7 days)
+    fairshare: int = knob(100, slurm_weight)  # PriorityWeightFairshare (Slurm's own, decayed)
+    job_size: int = knob(0, slurm_weight)  # PriorityWeightJobSize
+    partition: int = knob(0, slurm_weight)  # PriorityWeightPartition
+    # PriorityWeightQOS: QOS alloc (Priority 100, the highest: factor 1) above every band,
+    # QOS free (Priority 0) below.
+    qos: int = knob(100_000_000, slurm_weight)
+
+    def others(self) -> int:
+        """The most the factors other than QOS and SiteFactor can add to a job's priority."""
+        return self.age + self.fairshare + self.job_size + self.partition
+
+
+@dataclass(frozen=True, slots=True)
 class ContractsConfig:
     """Limits on what the scheduler may do to a running job (requeue, preempt)."""
 
-    min_runtime_cap_hours: float = knob(8.0, gt(0))  # --time-min above this is capped to it
+    # Minutes; a --time-min (protected runtime) above this is capped to it, and a job with
+    # no admission record is protected this long. Slurm's QOS PreemptExemptTime too.
+    min_runtime_cap_min: int = knob(480, ge(1))
     requeue_cooldown_s: float = knob(3600.0, ge(0))  # a job is requeued at most once per this
     preempt_cap_fraction: float = knob(0.05, fraction)  # max fraction of GPUs requeued per window
     preempt_cap_window_s: float = knob(600.0, gt(0))  # the window preempt_cap_fraction is over
@@ -112,7 +138,9 @@ class AdmissionConfig:
     socket_timeout_ms: int = knob(200, gt(0))  # total time the Lua shim waits for an answer
     breaker_failures: int = knob(3, ge(1))  # consecutive shim failures that open the breaker
     breaker_cooldown_s: float = knob(30.0, gt(0))  # the shim skips submitd this long when open
-    default_min_runtime_min: int = knob(60, ge(0))  # protected runtime when --time-min is unset
+    # Minutes of protected runtime when --time-min is unset; at most
+    # policy.contracts.min_runtime_cap_min.
+    default_min_runtime_min: int = knob(60, ge(0))
     leaf_switch_wait_min: float = knob(10.0, ge(0))  # multi-node jobs wait this long for one leaf
     profile_runs: int = knob(20, ge(1))  # last runs of a job name the memory p95 is taken over
     state_refresh_s: float = knob(60.0, gt(0))  # submitd reloads budgets/profiles this often
@@ -130,9 +158,10 @@ class QuarantineConfig:
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Policy knobs; every one has a default equal to conf/slurm-ml.yaml."""
+    """Policy knobs; every one has a default equal to slurm_ml/share/slurm-ml.yaml."""
 
     fairshare: FairshareConfig = field(default_factory=FairshareConfig)
+    priority_weights: PriorityWeightsConfig = field(default_factory=PriorityWeightsConfig)
     contracts: ContractsConfig = field(default_factory=ContractsConfig)
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)

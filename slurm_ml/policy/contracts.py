@@ -136,7 +136,7 @@ def starving_reason(reason: str) -> bool:
 
 def protected_s(job: RunningJob, cfg: ContractsConfig) -> int:
     """The run time a job is protected for: its --time-min, capped; unknown = the cap."""
-    cap = int(cfg.min_runtime_cap_hours * 3600)
+    cap = cfg.min_runtime_cap_min * 60
     return cap if job.time_min_s is None else min(job.time_min_s, cap)
 
 

@@ -73,7 +73,7 @@ def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
 
 
 def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Route:
-    cap = int(cfg.policy.contracts.min_runtime_cap_hours * 60)
+    cap = cfg.policy.contracts.min_runtime_cap_min
     asked = req.time_min_min  # None or > 0 here: --time-min=0 went to free
     minutes = asked if asked is not None else cfg.policy.admission.default_min_runtime_min
     why = "" if asked is not None else " (the default; set --time-min to change it)"

@@ -23,9 +23,13 @@ class QosSpec:
 
 
 def default_qos_specs(
-    min_runtime_cap_hours: float = 8, grace_time_s: int = 120
+    min_runtime_cap_min: int = 480, grace_time_s: int = 120
 ) -> list[QosSpec]:
-    """QOS ``alloc`` (charged, protected, preempts ``free``) and ``free`` (uncharged, requeued)."""
+    """QOS ``alloc`` (charged, protected, preempts ``free``) and ``free`` (uncharged, requeued).
+
+    ``min_runtime_cap_min``: policy.contracts.min_runtime_cap_min, alloc's PreemptExemptTime.
+    """
+    exempt_h, exempt_m = divmod(min_runtime_cap_min, 60)
     return [
         QosSpec(
             FREE_QOS,
@@ -41,7 +45,7 @@ def default_qos_specs(
             (
                 ("UsageFactor", "1"),
                 ("Preempt", FREE_QOS),
-                ("PreemptExemptTime", f"{int(min_runtime_cap_hours):02d}:00:00"),
+                ("PreemptExemptTime", f"{exempt_h:02d}:{exempt_m:02d}:00"),
                 ("Priority", "100"),
             ),
         ),

@@ -164,7 +164,7 @@ PROTECTED = [
     (("--time-min=30", "--time=120"), 30, "02:00:00"),
     (("--time=15", "--time-min=1"), 1, "00:15:00"),  # the job backfill cut to 1 min, killed
     (("--time=120",), 60, "02:00:00"),  # policy.admission.default_min_runtime_min
-    (("--time-min=600", "--time=720"), 480, "12:00:00"),  # contracts.min_runtime_cap_hours
+    (("--time-min=600", "--time=720"), 480, "12:00:00"),  # contracts.min_runtime_cap_min
 ]
 
 

@@ -794,9 +794,9 @@ def test_admission_never_sets_a_time_min_only_clears_one() -> None:
 #: (id, admission knobs, job_desc, expected set restricted to ROUTE/SHAPE keys (plus the
 #: record's min_runtime), must not say)
 CONFIG_VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], list[str]]] = [
-    ("default-above-cap-is-capped",
-     {"default_min_runtime_min": 600}, {"user_name": "alice", **ONE_GPU},
-     {"qos": "alloc", "site_factor": 700, "min_runtime": 480}, ["None"]),
+    ("default-at-the-cap",  # a default above the cap is refused by config check
+     {"default_min_runtime_min": 480}, {"user_name": "alice", **ONE_GPU},
+     {"qos": "alloc", "site_factor": 700, "min_runtime": 480}, ["None", "capped"]),
     ("default-zero-protects-nothing",
      {"default_min_runtime_min": 0}, {"user_name": "alice", **ONE_GPU},
      {"qos": "alloc", "site_factor": 700, "min_runtime": 0}, []),

@@ -379,7 +379,7 @@ def test_routing_only_picks_alloc_or_free(job: dict[str, Any]) -> None:
     if qos == "free":
         assert protected == 0
     else:
-        cap = int(CFG.policy.contracts.min_runtime_cap_hours * 60)
+        cap = CFG.policy.contracts.min_runtime_cap_min
         limit = job.get("time_limit")
         assert protected is not None
         assert 0 < protected <= cap

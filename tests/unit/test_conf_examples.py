@@ -71,14 +71,14 @@ def expected_conf(cfg: Config, name: str) -> str:
 def planned_commands(cfg: Config) -> list[list[str]]:
     """What `slurm-ml install` runs against an empty slurmdbd (its planner,
     accounts.plan_accounts, given nothing there yet)."""
-    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_hours)
+    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)
     return accounts.plan_accounts(accounts.AccountsState(), cfg.cluster.name, cfg.budgets,
                                   specs)
 
 
 def expected_script(cfg: Config) -> str:
     specs = {s.name: " ".join(f"{k}={v}" for k, v in s.settings)
-             for s in accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_hours)}
+             for s in accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)}
     steps = "\n".join(f"step {shlex.join(cmd)}" for cmd in planned_commands(cfg))
     return f"""#!/bin/bash
 # slurm-ml's QOS and the account tree of conf/examples/slurm-ml.yaml, as sacctmgr
@@ -92,7 +92,7 @@ def expected_script(cfg: Config) -> str:
 #   cluster    ClusterName, registered in slurmdbd
 #   QOS {FREE_QOS:<5}  unallocated work, uncharged and requeued: {specs[FREE_QOS]}
 #   QOS {ALLOC_QOS:<5}  budgeted work, may preempt {FREE_QOS}: {specs[ALLOC_QOS]}
-#                PreemptExemptTime = policy.contracts.min_runtime_cap_hours
+#                PreemptExemptTime = policy.contracts.min_runtime_cap_min
 #   accounts   budgets.org > programs > projects, each allowed both QOS (default {ALLOC_QOS})
 #   users      budgets...users, default account = the first project that lists them
 #

@@ -23,6 +23,7 @@ from slurm_ml.config import (
     ContractsConfig,
     DaemonConfig,
     FairshareConfig,
+    PriorityWeightsConfig,
     ReclaimConfig,
     SlurmConfig,
     StoreConfig,
@@ -44,6 +45,7 @@ LOWER = "must be lower case (Slurm lower-cases it)"
 CC = 'must look like "8.0" (major.minor), got'
 KNOB_SECTIONS: dict[str, type[Any]] = {
     "policy.fairshare": FairshareConfig,
+    "policy.priority_weights": PriorityWeightsConfig,
     "policy.contracts": ContractsConfig,
     "policy.reclaim": ReclaimConfig,
     "policy.admission": AdmissionConfig,

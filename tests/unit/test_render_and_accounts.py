@@ -89,7 +89,7 @@ def test_account_plan_adds_only_what_is_missing() -> None:
 
 
 def test_qos_plan() -> None:
-    specs = accounts.default_qos_specs(8)
+    specs = accounts.default_qos_specs(480)
     cmds = accounts.plan_qos(["normal", "free"], specs)
     assert ["sacctmgr", "-i", "add", "qos", "alloc"] in cmds
     assert ["sacctmgr", "-i", "add", "qos", "free"] not in cmds

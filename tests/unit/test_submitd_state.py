@@ -365,7 +365,7 @@ ADOPTED: list[tuple[str, Callable[[str], str], Callable[[PolicyServer], None]]] 
      lambda t: t.replace("# GPU models.", NEW_PARTITION + "\n# GPU models."),
      lambda s: _assert(s.handle_line(IN_A100)["set"]["min_nodes"] == 2)),
     ("cap-changed",
-     lambda t: t.replace("min_runtime_cap_hours: 8", "min_runtime_cap_hours: 1"),
+     lambda t: t.replace("min_runtime_cap_min: 480", "min_runtime_cap_min: 60"),
      lambda s: _assert(recorded_min_runtime_min(s.handle_line(json.dumps(
          {"op": "submit", "job": {"user_name": "bob", "tres_per_node": "gres:gpu:1",
                                   "time_min": 600}}))["set"]["admin_comment"]) == 60)),
