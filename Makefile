@@ -1,13 +1,14 @@
 # slurm-ml: two commands do all setup on a fresh Debian 12 or 13 machine (as root):
 #   make demo   bring up the real dev cluster and run a sample workload
 #   make test   lint + type-check + layering, unit tests, integration tests on the dev cluster
+#   make check  lint + type-check + layering and the unit tests: no cluster, under 3 minutes
 SHELL := /bin/bash
 VENV ?= .venv
 STATE ?= $(CURDIR)/.devcluster
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: all venv cluster demo test lint unit integration down destroy clean
+.PHONY: all venv cluster demo test check lint unit integration down destroy clean
 
 all: test
 
@@ -40,6 +41,11 @@ integration: cluster
 
 test: lint cluster
 	source $(STATE)/env.sh && $(BIN)/pytest $(PYTEST_ARGS)
+
+# Before a commit or a push: what needs no cluster. tests/compose is left out too (where a
+# Docker engine answers it builds images and starts a compose cluster).
+check: lint
+	$(BIN)/pytest -m 'not integration and not compose' $(PYTEST_ARGS)
 
 down:
 	$(BIN)/slurm-ml devcluster down --state-dir $(STATE)
