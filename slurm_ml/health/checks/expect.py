@@ -65,8 +65,8 @@ def topology_cell(gpus: int, links: int) -> str | None:
     return None
 
 
-#: Xids that drain the node now (research §4 "Recommendation": drain). docs/design.md's list is
-#: 48, 62, 64, 74, 79, 95, 119, 120; research §4 adds 61 ("drain if seen") and 140 (ECC
+#: Xids that drain the node now (research §4 "Recommendation": drain). The first design's list
+#: was 48, 62, 64, 74, 79, 95, 119, 120; research §4 adds 61 ("drain if seen") and 140 (ECC
 #: unrecovered, NVIDIA RESET_GPU, DCGM FAIL). 144-150 are the NVLink errors of current
 #: NVLink generations (NVIDIA Xid catalog: SAW, RLW, TLW, TREX, NVLPW_CTRL, NETIR, MSE),
 #: drained like Xid 74 (inference; the capture ogkm1150_kernel_xid45_after_xid145_149
@@ -89,7 +89,7 @@ class Thresholds:
     #: research §1.3; docs/design.md "≥ 63").
     retired_pages_max: int = 63
     #: Page retirement pending: takes effect at the next reset (research §0.5 groups it with
-    #: a pending remap: drain after the job; docs/design.md's row says "drain").
+    #: a pending remap: drain after the job, as docs/design.md's table now says).
     retired_pages_pending: Severity = Severity.DRAIN_AFTER_JOB
     #: Row remap pending: "other applications can keep running until a convenient time to
     #: reboot" (NVIDIA, research §4); docs/design.md: drain after job.
