@@ -7,7 +7,7 @@ order they give the queue (and, for ``budget``, in the requeues of the contracts
 - ``slurm-fairshare``: Slurm's multifactor priority with Fair Tree: usage decayed with a
   half-life, fairshare factor = Fair Tree rank / number of associations (weighted
   large) plus the age factor (weighted small), recomputed every cycle (Slurm's
-  PriorityCalcPeriod); the Fair Tree ranking is ``policy.fairshare_tree``'s.
+  PriorityCalcPeriod); the Fair Tree ranking is ``policy.fairshare.tree``'s.
 - ``budget``: ours, by calling the production policy every cycle: ``fair_share`` on the
   window's footprints, ``site_factors``, QOS alloc above free, then ``plan_requeues``.
 - ``budget-nocontract``: the same order, never a requeue.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from slurm_ml.config import ContractsConfig
 from slurm_ml.model import ALLOC_QOS
-from slurm_ml.policy import contracts, fairshare, fairshare_tree
+from slurm_ml.policy import contracts, fairshare
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import (
     AllocationPosition,
@@ -33,8 +33,9 @@ from slurm_ml.policy.contracts import (
     allocation_positions,
 )
 from slurm_ml.policy.fairshare import FairShare
-from slurm_ml.sim import engine_state as es
-from slurm_ml.sim.engine_state import Key, SimState, Task
+from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
+from slurm_ml.sim import state as es
+from slurm_ml.sim.state import Key, SimState, Task
 
 FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT = (
     "fifo", "slurm-fairshare", "budget", "budget-nocontract")
@@ -119,8 +120,8 @@ class SlurmFairshare(Policy):
                 usage[leaf] = used
         for node in range(len(usage) - 1, 0, -1):
             usage[tree.parents[node]] += usage[node]
-        lfs = fairshare_tree.level_fs(tree, usage)
-        groups = fairshare_tree.fair_tree_order(tree, lfs)
+        lfs = level_fs(tree, usage)
+        groups = fair_tree_order(tree, lfs)
         users = sum(len(g) for g in groups)
         factor: dict[tuple[str, str], float] = {}
         ahead = 0

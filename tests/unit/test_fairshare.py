@@ -23,7 +23,7 @@ from slurm_ml.policy.fairshare import (
     job_site_factor,
     site_factors,
 )
-from slurm_ml.policy.fairshare_owed import water_fill
+from slurm_ml.policy.fairshare.owed import water_fill
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = load_config(REPO / "conf" / "slurm-ml.yaml")

@@ -1,9 +1,8 @@
-"""The discrete-event simulator: a virtual clock jumping between arrivals, ends and cycles.
+"""The engine's event loop: arrivals, ends and policy cycles on a virtual clock.
 
-Between events nothing happens, so the clock jumps (no per-second ticks). At each
-event time the ends are handled first (GPUs freed), then the arrivals, then, when one is
-due, the policy cycle (re-order, requeues) and a scheduling pass
-(:mod:`slurm_ml.sim.engine_sched`). Every cycle leaves a :class:`CycleSample`. The same
+At each event time the ends are handled first (GPUs freed), then the arrivals, then,
+when one is due, the policy cycle (re-order, requeues) and a scheduling pass
+(:mod:`slurm_ml.sim.engine.sched`). Every cycle leaves a :class:`CycleSample`. The same
 policy functions the daemon runs decide the order and the requeues
 (:mod:`slurm_ml.sim.policies`); the engine only keeps the books.
 """
@@ -19,14 +18,14 @@ from dataclasses import dataclass
 from slurm_ml.config import Config
 from slurm_ml.policy import fairshare
 from slurm_ml.policy.fairshare import FairShare
-from slurm_ml.policy.fairshare_tree import flatten
-from slurm_ml.sim import engine_state as es
+from slurm_ml.policy.fairshare.tree import flatten
+from slurm_ml.sim import state as es
 from slurm_ml.sim.cluster import Alloc, Cluster
-from slurm_ml.sim.engine_sample import sample
-from slurm_ml.sim.engine_sched import Scheduler
-from slurm_ml.sim.engine_state import DONE, NEVER, PENDING, RUNNING, SimSettings, SimState, Task
+from slurm_ml.sim.engine.sample import sample
+from slurm_ml.sim.engine.sched import Scheduler
 from slurm_ml.sim.policies import POLICIES, BudgetCycleDecision, make_policy
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
+from slurm_ml.sim.state import DONE, NEVER, PENDING, RUNNING, SimSettings, SimState, Task
 from slurm_ml.sim.workload import SimJob
 
 __all__ = ["POLICIES", "CycleRecord", "Engine", "SimSettings", "simulate"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurm_ml.sim.engine_state import SimState
 from slurm_ml.sim.result import CycleSample
+from slurm_ml.sim.state import SimState
 
 
 def fragmented_gpus(st: SimState) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from operator import truediv
 
-from slurm_ml.policy.fairshare_tree import FlatTree
+from slurm_ml.policy.fairshare.tree import FlatTree
 
 _SECONDS_PER_HOUR = 3600.0
 

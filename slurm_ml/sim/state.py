@@ -17,7 +17,7 @@ from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import PreemptionLedger
 from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob, is_short_job
-from slurm_ml.policy.fairshare_tree import FlatTree, flatten
+from slurm_ml.policy.fairshare.tree import FlatTree, flatten
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.workload import SimJob
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Protocol
 
-from slurm_ml.policy.fairshare_tree import Association, FlatTree
+from slurm_ml.policy.fairshare.tree import Association, FlatTree
 
 __all__ = ["FootprintLedger", "LedgerFootprint", "Tally", "sum_up"]
 
@@ -347,7 +347,7 @@ class FootprintLedger:
                bucket_s: float) -> tuple[Tally, dict[int, list[float]]]:
         """Usage per node and alloc demand per leaf and bucket over [start, now).
 
-        Buckets are those of ``fairshare_owed.DemandGrid``: ``bucket_s`` long from
+        Buckets are those of ``owed.DemandGrid``: ``bucket_s`` long from
         ``start``, the last one ending at ``now``.
         """
         if self._floor is not None and start < self._floor:

@@ -8,7 +8,7 @@ changes, so an arriving job is tried alone against the standing reservation inst
 re-running the pass (it gives the same decisions: see :meth:`Scheduler.arrived`).
 
 A QOS alloc job that does not fit may first requeue QOS free jobs, as slurmctld's
-preempt/qos does (:mod:`slurm_ml.sim.engine_preempt`); only when that cannot make room
+preempt/qos does (:mod:`slurm_ml.sim.engine.preempt`); only when that cannot make room
 does it take the reservation or wait.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
-from slurm_ml.sim.engine_preempt import victims_for
-from slurm_ml.sim.engine_state import Key, SimState, Task
+from slurm_ml.sim.engine.preempt import victims_for
+from slurm_ml.sim.state import Key, SimState, Task
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,6 @@
-"""Budgeted, billing-weighted hierarchical fair share (the Ai2 design), as pure policy.
-
-Managers set GPU-time budgets on the tree org -> program -> project -> user. Over a
-sliding window (7 days) each node is *owed* its budget share of the cluster hour by
-hour, capped at what it actually asked for, with unused entitlement flowing to its
-siblings; *delivered* is the allocated (QOS ``alloc``) billing GPU-hours it ran. Free
-work (QOS ``free``) is never charged and never counts as demand: it is only reported.
-
-Scheduling order is Slurm's Fair Tree fed with this windowed usage instead of Slurm's
-decayed RawUsage (which cannot be a window, nor be set): siblings rank by S/U, depth
-first. The rank becomes a per-job SiteFactor band wide enough to dominate the other
-priority factors, so a user's ``--nice`` only reorders jobs inside its own team's band.
+"""Fair share's standings and SiteFactor bands: what each budget-tree node is owed and
+was delivered over the window, the Fair Tree ranking of the associations, and the
+per-job SiteFactor that ranking becomes (see :mod:`slurm_ml.policy.fairshare`).
 
 No I/O and no clock: the caller passes ``now`` (epoch seconds) and the footprints.
 """
@@ -21,9 +12,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from slurm_ml.config import Config, FairshareConfig
-from slurm_ml.policy.fairshare_ledger import FootprintLedger, Tally, sum_up
-from slurm_ml.policy.fairshare_owed import DemandGrid, owed
-from slurm_ml.policy.fairshare_tree import (
+from slurm_ml.policy.fairshare.ledger import FootprintLedger, Tally, sum_up
+from slurm_ml.policy.fairshare.owed import DemandGrid, owed
+from slurm_ml.policy.fairshare.tree import (
     Association,
     FlatTree,
     compress,

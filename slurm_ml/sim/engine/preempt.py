@@ -14,7 +14,7 @@ import math
 
 from slurm_ml.model import FREE_QOS
 from slurm_ml.sim.cluster import Alloc
-from slurm_ml.sim.engine_state import SimState, Task
+from slurm_ml.sim.state import SimState, Task
 
 
 def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
