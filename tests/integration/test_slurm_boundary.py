@@ -91,6 +91,7 @@ def drained_gpu06(slurm: CliSlurm) -> Iterator[str]:
     slurm.resume_node("gpu06")
 
 
+@pytest.mark.timeout(600)  # the 100 sbatch calls alone may take up to 300 s
 def test_site_factor_on_100_pending_jobs_in_3_calls(
     slurm: CliSlurm, runner: CountingRunner, workdir: str, drained_gpu06: str,
     slurm_conf: str,

@@ -160,6 +160,8 @@ def test_kill_9_of_the_holder_frees_the_lock(pg_dsn: str) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
+        if child.stdout is not None:
+            child.stdout.close()  # else a ResourceWarning, an error under filterwarnings
         other.release()
 
 
