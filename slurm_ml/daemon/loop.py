@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 import threading
 import time
@@ -32,10 +31,6 @@ from slurm_ml.store.leader import LeaderLock
 from slurm_ml.store.protocol import Store
 
 log = logging.getLogger(__name__)
-
-#: Test hook: seconds to sleep after each recorded intent, before applying it (lets an
-#: integration test kill -9 the daemon mid-cycle). Unset in production.
-PAUSE_ENV = "SLURM_ML_TEST_PAUSE_AFTER_INTENT_S"
 
 
 @dataclass(slots=True)
@@ -77,7 +72,11 @@ def notify_command(command: str) -> Callable[[Action], None] | None:
 class Daemon:
     def __init__(self, cfg: Config, *, slurm: SlurmClient, store: Store, lock: LeaderLock,
                  config_path: Path | None = None, dry_run: bool = False,
-                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time,
+                 after_intent: Callable[[Action], None] | None = None) -> None:
+        """``after_intent`` runs after each action's intent is recorded, before the action
+        (:class:`~slurm_ml.daemon.apply.Applier`): a test's hook, e.g. to kill the daemon
+        between the two."""
         self.cfg = cfg
         self.slurm = slurm
         self.store = store
@@ -86,6 +85,7 @@ class Daemon:
         self.dry_run = dry_run
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.after_intent = after_intent
         self.failures = 0
         self.reload_requested = False
         self.stop = threading.Event()
@@ -145,7 +145,7 @@ class Daemon:
         plan = plan_cycle(self.cfg, obs)
         applier = Applier(self.slurm, self.store, still_leader=self._still_leader,
                           notify=notify_command(self.cfg.policy.reclaim.notify_command),
-                          after_intent=_pause_hook())
+                          after_intent=self.after_intent)
         report = applier.apply(plan, dry_run=self.dry_run)
         self.metrics.record(plan, report)
         outcome = "dry_run" if self.dry_run else "acted"
@@ -185,16 +185,3 @@ class Daemon:
 
     def close(self) -> None:
         self.lock.release()
-
-
-def _pause_hook() -> Callable[[Action], None] | None:
-    raw = os.environ.get(PAUSE_ENV)
-    if not raw:
-        return None
-    seconds = float(raw)
-
-    def pause(action: Action) -> None:
-        log.warning("event=test_pause_after_intent key=%s seconds=%s", action.key, seconds)
-        time.sleep(seconds)
-
-    return pause

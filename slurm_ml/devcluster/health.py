@@ -39,7 +39,6 @@ healthy set. A ``.fault`` file records what was injected (ReplayProbe skips dot-
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +47,7 @@ from typing import Any
 from slurm_ml.config import Config
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.devcluster.platform import DevClusterError
+from slurm_ml.envvars import env
 from slurm_ml.health.probe_replay import MAX_FILE_BYTES, ReplayProbe, classify
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.health.report import check_captures
@@ -81,10 +81,8 @@ CHECKOUT_GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 
 def gpu_data_dir() -> Path:
     """The real captures: ``$SLURM_ML_GPU_DATA``, else the checkout's ``data/gpu``."""
-    env = os.environ.get("SLURM_ML_GPU_DATA")
-    if env:
-        return Path(env)
-    return CHECKOUT_GPU_DATA
+    value = env("SLURM_ML_GPU_DATA")
+    return Path(value) if value else CHECKOUT_GPU_DATA
 
 
 def healthy_captures(node_class: NodeClass, nvlink_links: int) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from slurm_ml import envvars
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.probe_devfiles import DeviceFileProcesses
@@ -119,17 +120,17 @@ class HookSettings:
     def from_env(cls, env: Mapping[str, str], *, default_config: Path,
                  config: str | None = None, dsn: str | None = None) -> HookSettings:
         def path(key: str) -> Path | None:
-            value = env.get(key, "").strip()
+            value = envvars.env(key, env)
             return Path(value) if value else None
 
         return cls(
             config_path=Path(config) if config else path("SLURM_ML_CONFIG") or default_config,
-            dsn=dsn or env.get("SLURM_ML_DSN", "").strip() or None,
+            dsn=dsn or envvars.env("SLURM_ML_DSN", env),
             spool_dir=path("SLURM_ML_SPOOL_DIR"),
             replay_dir=path("SLURM_ML_REPLAY_DIR"),
             fake_gpu_dir=path("SLURM_ML_FAKE_GPU_DIR"),
             state_dir=path("SLURM_ML_STATE_DIR") or DEFAULT_STATE_DIR,
-            shm_dir=env.get("SLURM_ML_SHM_DIR", "").strip() or DEFAULT_SHM_DIR,
+            shm_dir=envvars.env("SLURM_ML_SHM_DIR", env) or DEFAULT_SHM_DIR,
         )
 
 

@@ -9,11 +9,11 @@ the package is used (see :func:`default_data_dir`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from slurm_ml.envvars import env
 from slurm_ml.sim.trace_base import (
     DEFAULT_GPUS_PER_NODE,
     ZERO_DURATION,
@@ -92,10 +92,8 @@ PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
 def default_data_dir() -> Path:
     """``$SLURM_ML_DATA_DIR`` if set, else the traces shipped inside the package
     (:data:`PACKAGED_DATA`), so an installed slurm-ml simulates without a checkout."""
-    env = os.environ.get("SLURM_ML_DATA_DIR")
-    if env:
-        return Path(env)
-    return PACKAGED_DATA
+    value = env("SLURM_ML_DATA_DIR")
+    return Path(value) if value else PACKAGED_DATA
 
 
 def default_vc_nodes() -> dict[str, int]:

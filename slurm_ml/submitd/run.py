@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from slurm_ml.config import Config
+from slurm_ml.envvars import env
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.protocol import Store
@@ -19,7 +19,7 @@ DEFAULT_SOCKET = Path("/run/slurm-ml/submitd.sock")
 
 def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
     """The configured PostgreSQL store, or None (admission then runs without state)."""
-    target = dsn or cfg.store.dsn or os.environ.get("SLURM_ML_DSN", "")
+    target = dsn or cfg.store.dsn or env("SLURM_ML_DSN")
     if not target:
         log.warning("no database configured (store.dsn / $SLURM_ML_DSN): admission runs "
                     "without budget standing or GPU memory profiles")

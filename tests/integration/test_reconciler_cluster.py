@@ -36,6 +36,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conf" / "slurm-ml.yaml"
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
+PAUSED_DAEMON = Path(__file__).with_name("paused_daemon.py")
 
 
 # ------------------------------------------------------------------ helpers
@@ -304,10 +305,10 @@ def test_kill_9_mid_cycle_then_restart_repeats_nothing(
     daemon(cfgs["act"], dsn)  # warns
     _zombie_samples(dsn, job, fields["NodeList"])
 
-    env = {**os.environ, "SLURM_ML_TEST_PAUSE_AFTER_INTENT_S": "60"}
-    child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfgs["act"]), "--dsn", dsn,
-                              "--once"], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+    # the real daemon, pausing 60 s after each intent (a test-only wrapper of its entry)
+    child = subprocess.Popen([sys.executable, str(PAUSED_DAEMON), "60", "--config",
+                              str(cfgs["act"]), "--dsn", dsn, "--once"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
         while not any(a == "zombie_requeue" and t == f"job {job}" for _k, a, t in audit_rows(dsn)):

@@ -14,6 +14,7 @@ from daemon_helpers import CFG, EXAMPLE, NOW, config, daemon, mutations, nodes, 
 
 from slurm_ml.config import load_config
 from slurm_ml.daemon.apply import Applier
+from slurm_ml.daemon.loop import Daemon
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import Job, JobState
@@ -21,7 +22,7 @@ from slurm_ml.slurm.errors import SlurmTimeout
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.errors import StoreUnavailable
 from slurm_ml.store.fake import FakeStore
-from slurm_ml.store.leader import FakeLockTable
+from slurm_ml.store.leader import FakeLeaderLock, FakeLockTable
 from slurm_ml.store.records import AuditEntry, ReconcilerDecision, UtilSample, derive_key
 
 HOUR = 3600
@@ -149,6 +150,25 @@ def test_crash_after_the_intent_then_restart_applies_exactly_once() -> None:
     third = plan_cycle(CFG, observe(CFG, slurm, store, NOW + 120))
     Applier(slurm, store).apply(third)
     assert len([c for c in slurm.calls if c[:2] == ("scontrol", "requeue")]) == 1
+
+
+def test_the_daemon_runs_its_after_intent_hook_between_intent_and_action() -> None:
+    """The injection point tests/integration/paused_daemon.py uses to stop a real daemon
+    between the two (slurm-ml has no setting for it)."""
+    slurm, store = world(), FakeStore()
+    seen: list[tuple[int | None, list[str], JobState]] = []
+
+    def hook(action: Any) -> None:
+        keys = [e.idempotency_key for e in store.audit_entries()]
+        seen.append((action.job_id, keys, slurm.jobs[1].state))
+
+    lock = FakeLeaderLock(FakeLockTable(), CFG.daemon.lock_key)
+    result = Daemon(CFG, slurm=slurm, store=store, lock=lock, clock=lambda: NOW,
+                    after_intent=hook).cycle()
+    assert result.report is not None and [a.job_id for a in result.report.applied] == [1]
+    assert len(seen) == 1
+    job_id, keys, state = seen[0]
+    assert job_id == 1 and len(keys) == 1 and state == JobState.RUNNING  # intent, no action
 
 
 def test_an_action_already_done_is_skipped_not_repeated() -> None:
