@@ -87,6 +87,8 @@ def restore(cluster: DevCluster) -> Iterator[list[int]]:
     restore_nodes(cluster, CONFIG, jobs, reasons=(ADMIN_REASON,))
 
 
+# up to 60 s for idle nodes, 150 s for the requeued job to complete, then restore_nodes
+@pytest.mark.timeout(600)
 def test_fault_on_gpu03_drains_it_in_the_prolog_and_the_job_runs_on_gpu04(
         cluster: DevCluster, restore: list[int], admin_dsn: str) -> None:
     wait_idle(cluster, "gpu03", "gpu04")

@@ -103,6 +103,8 @@ def test_a_submitted_job_is_widened_by_admission(cluster: DevCluster,
     assert fields["AdminComment"].startswith("slurm-ml {")
 
 
+# up to 90 s for the drain, 90 s for the requeue, then restore_nodes
+@pytest.mark.timeout(600)
 def test_an_injected_gpu_fault_drains_the_node_through_the_prolog(
         cluster: DevCluster, jobs: list[int]) -> None:
     assert slurm_ml_cli(cluster, CONFIG, "devcluster", "fault", "gpu03",

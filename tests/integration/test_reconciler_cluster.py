@@ -32,7 +32,10 @@ from slurm_ml import proc
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import UtilSample, derive_key
 
-pytestmark = pytest.mark.integration
+# The module's workload (six jobs, each waited for up to 120 s) starts in the first test's
+# setup; tests sleep past the minimum runtime and the zombie heartbeat (65 s, 61 s) and run
+# daemon cycles of up to 180 s: more than the 300 s default.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conf" / "slurm-ml.yaml"
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -318,6 +321,8 @@ def test_kill_9_mid_cycle_then_restart_repeats_nothing(
         child.send_signal(signal.SIGKILL)
     finally:
         child.wait(timeout=10)
+        if child.stderr is not None:
+            child.stderr.close()  # else a ResourceWarning, an error under filterwarnings
     assert show(job)["JobState"] == "RUNNING"  # killed between intent and action
 
     daemon(cfgs["act"], dsn)  # the restart finishes the interrupted action ...
@@ -359,6 +364,8 @@ def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
     finally:
         leader.send_signal(signal.SIGTERM)
         leader.wait(timeout=60)
+        if leader.stderr is not None:
+            leader.stderr.close()  # else a ResourceWarning, an error under filterwarnings
     assert leader.returncode == 0
     assert daemon(cfgs["rank"], dsn)["outcome"] == "acted"  # the lock was released
 
