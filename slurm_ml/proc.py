@@ -126,21 +126,20 @@ def spawn_daemon(
     """Start a long-running process detached from us and return its pid.
 
     Used only by the dev cluster for daemons that stay in the foreground
-    (slurmd -D, munged -F, ...). Output goes to ``log_path``.
+    (slurmd -D, munged -F, ...). Output goes to ``log_path``; the child gets its own
+    session. ``os.posix_spawnp`` rather than Popen: we never wait for a daemon, and a
+    Popen object dropped while its child runs is a ResourceWarning.
     """
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
     try:
-        with open(log_path, "ab") as logf:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                start_new_session=True,
-            )
+        return os.posix_spawnp(argv[0], list(argv), full_env, file_actions=actions,
+                               setsid=True)
     except FileNotFoundError as exc:
         raise CommandNotFound(argv, "command not found") from exc
-    return proc.pid

@@ -60,3 +60,19 @@ def test_slurm_runner_maps_errors() -> None:
     with pytest.raises(SlurmCommandError) as info:
         run(["sh", "-c", "echo 'Invalid job id specified' >&2; exit 1"])
     assert info.value.stderr == "Invalid job id specified" and info.value.returncode == 1
+
+
+def test_spawn_daemon_detaches_logs_and_warns_nothing(tmp_path: Path) -> None:
+    import warnings
+
+    log = tmp_path / "d.log"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a dropped Popen of a live child would warn here
+        pid = proc.spawn_daemon(["sh", "-c", "echo out; echo err >&2; echo $X"],
+                                log_path=str(log), env={"X": "from-env"})
+        assert os.getsid(pid) == pid  # its own session
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert log.read_text().split() == ["out", "err", "from-env"]
+    with pytest.raises(proc.CommandNotFound):
+        proc.spawn_daemon(["no-such-command-slurm-ml"], log_path=str(log))
