@@ -105,7 +105,7 @@ def throughput(n: int, workers: int, rounds: int = ROUNDS) -> dict[str, object]:
 
 
 def in_process(requests: int = 20000) -> dict[str, object]:
-    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     refresher = StateRefresher(None, cfg)
     users = list(cfg.budgets.user_accounts())
     refresher.current = AdmissionState(

@@ -92,7 +92,7 @@ def rss_mb() -> float:
 def main(runs: int, as_json: bool) -> None:
     rss_start = rss_mb()
     rng = random.Random(5)
-    base = load_config(REPO / "conf" / "slurm-ml.yaml")
+    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     half = PROGRAMS * PROJECTS * USERS // 5  # nodes per class: 2,000 nodes x 8 GPUs
     classes = tuple(
         NodeClass(name=f"syn-{t}", nodes=f"syn[{i * half + 1:04d}-{(i + 1) * half:04d}]",

@@ -54,7 +54,7 @@ def _at(epoch: int) -> datetime:
 
 
 def world(rng: random.Random):  # type: ignore[no-untyped-def]
-    base = load_config(REPO / "conf" / "slurm-ml.yaml")
+    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     half = PROGRAMS * PROJECTS * USERS // 5
     classes = tuple(
         NodeClass(name=f"syn-{t}", nodes=f"syn[{i * half + 1:04d}-{(i + 1) * half:04d}]",

@@ -95,7 +95,7 @@ def process(runs: int) -> dict[str, object]:
 
 
 def write_config() -> None:
-    text = (REPO / "conf" / "slurm-ml.yaml").read_text()
+    text = (REPO / "slurm_ml" / "share" / "slurm-ml.yaml").read_text()
     head, tail = text.split("  a100_80g:", 1)
     tail = tail.replace("nvlink_links: 12", "nvlink_links: 18", 1)
     BENCH_CONFIG.write_text(head + "  a100_80g:" + tail)

@@ -21,7 +21,7 @@ from slurm_ml.slurm.runner import SlurmRunner
 
 
 def main(n: int) -> None:
-    cfg = load_config(os.environ.get("SLURM_ML_CONFIG", "conf/slurm-ml.yaml"))
+    cfg = load_config(os.environ.get("SLURM_ML_CONFIG", "slurm_ml/share/slurm-ml.yaml"))
     run = SlurmRunner(env={"SLURM_CONF": os.environ["SLURM_CONF"]}, timeout_s=900)
     slurm = CliSlurm(run, batch_size=cfg.slurm.scontrol_batch_size)
     jobs_dir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")

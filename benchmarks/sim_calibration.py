@@ -46,7 +46,7 @@ def published() -> tuple[float, float, float]:
 
 
 def run(partitioned: bool, load: float) -> dict[str, Any]:
-    base = load_config(REPO / "conf" / "slurm-ml.yaml")
+    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     trace = traces.load_trace("philly")
     vc_nodes = traces.default_vc_nodes()
     gpus = scenario.implied_cluster_gpus(trace, vc_nodes)

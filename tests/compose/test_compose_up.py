@@ -67,7 +67,7 @@ def cluster() -> Iterator[Any]:
         compose("version", timeout=30)
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"`docker compose` is not available: {exc}")
-    client.images.build(path=str(REPO), dockerfile="docker/Dockerfile", tag=IMAGE, rm=True)
+    client.images.build(path=str(REPO), dockerfile="devcluster/Dockerfile", tag=IMAGE, rm=True)
     try:
         up = compose("up", "-d", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S),
                      timeout=UP_TIMEOUT_S + 60, check=False)

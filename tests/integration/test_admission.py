@@ -27,7 +27,7 @@ from slurm_ml.submitd.client import ask
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "conf" / "slurm-ml.yaml"
+CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
 
 
 @pytest.fixture(scope="module")

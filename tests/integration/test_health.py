@@ -30,7 +30,7 @@ from slurm_ml.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "conf" / "slurm-ml.yaml"
+CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
 #: A100 GPU 6 with every NVLink down (Azure HPC health checks' bad_nvlink_status.txt).
 NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 ADMIN_REASON = "admin: test"

@@ -26,7 +26,7 @@ from slurm_ml.slurm.client import CliSlurm
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "conf" / "slurm-ml.yaml"
+CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
 NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 
 

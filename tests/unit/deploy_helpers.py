@@ -11,7 +11,7 @@ from slurm_ml.deploy.bundle import InstallParams
 from slurm_ml.slurm import render
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "conf" / "slurm-ml.yaml"
+CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
 
 
 def cfg() -> Config:

@@ -2,7 +2,7 @@
 
 Every case goes through ``wire.normalize`` → ``wire.to_request`` → ``admission.decide`` →
 ``wire.reply_for``, the same path ``PolicyServer.handle_line`` takes, on the example
-config (conf/slurm-ml.yaml). GPU specs are written with a ``{g}`` placeholder and run in
+config (slurm_ml/share/slurm-ml.yaml). GPU specs are written with a ``{g}`` placeholder and run in
 both spellings: Slurm 22.05's ``gres:gpu:a100_80g:2`` and 23.11+'s ``gres/gpu:a100_80g:2``;
 the reply must keep the spelling of the request.
 """
@@ -43,7 +43,7 @@ from slurm_ml.submitd.wire import (
     to_request,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 EXAMPLE_DATA: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
 CFG = load_config(EXAMPLE)
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -38,7 +38,7 @@ from slurm_ml.submitd.wire import (
     to_request,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 CFG = load_config(EXAMPLE)
 VIEW = cluster_view(CFG)
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = str(REPO / "conf" / "slurm-ml.yaml")
+EXAMPLE = str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 
 BAD = """
 cluster: {name: x, partitions: [{name: gpu, nodes: "gpu[01-02]", default: true, max_time_min: 60}]}

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = str(REPO / "conf" / "slurm-ml.yaml")
+EXAMPLE = str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 GPU_DATA = REPO / "data" / "gpu"
 
 

@@ -1,4 +1,4 @@
-"""conf/examples/: the admin's starting point must load, must show every key slurm-ml
+"""examples/: the admin's starting point must load, must show every key slurm-ml
 knows, and the files made from it must be what slurm-ml itself would make.
 
 gres.conf, topology.conf and sacctmgr-qos.sh are golden files: when render.py or
@@ -39,7 +39,7 @@ from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.slurm import accounts, render
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "conf" / "examples"
+EXAMPLES = REPO / "examples"
 EXAMPLE_YAML = EXAMPLES / "slurm-ml.yaml"
 SCRIPT = EXAMPLES / "sacctmgr-qos.sh"
 REGEN = os.environ.get("SLURM_ML_REGEN_EXAMPLES") == "1"
@@ -81,7 +81,7 @@ def expected_script(cfg: Config) -> str:
              for s in accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)}
     steps = "\n".join(f"step {shlex.join(cmd)}" for cmd in planned_commands(cfg))
     return f"""#!/bin/bash
-# slurm-ml's QOS and the account tree of conf/examples/slurm-ml.yaml, as sacctmgr
+# slurm-ml's QOS and the account tree of examples/slurm-ml.yaml, as sacctmgr
 # commands for slurmdbd. Run it as a Slurm administrator where sacctmgr reaches slurmdbd.
 #
 # Generated from slurm-ml.yaml by slurm_ml/slurm/accounts.py (default_qos_specs,
@@ -320,7 +320,7 @@ def test_script_failures_are_reported_but_existing_entities_are_not(tmp_path: Pa
 
 
 def test_generated_files_say_where_they_come_from() -> None:
-    assert "rendered by slurm-ml from conf/gres.conf.tmpl" in (EXAMPLES / "gres.conf").read_text()
+    assert "rendered by slurm-ml from devcluster/templates/gres.conf.tmpl" in (EXAMPLES / "gres.conf").read_text()
     assert "File=/dev/nvidia[0-7]" in (EXAMPLES / "gres.conf").read_text()
     assert "SwitchName=spine" in (EXAMPLES / "topology.conf").read_text()
 

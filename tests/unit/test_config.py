@@ -32,7 +32,7 @@ from slurm_ml.config import (
 )
 from slurm_ml.model import GpuType
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 EXAMPLE_DATA: dict[str, Any] = yaml.safe_load(EXAMPLE_TEXT)
 

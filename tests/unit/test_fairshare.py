@@ -26,7 +26,7 @@ from slurm_ml.policy.fairshare import (
 from slurm_ml.policy.fairshare.owed import water_fill
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
+BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 NOW = 1_800_000_000
 H = 3600
 FS = FairshareConfig()  # max 100000, step 1000, nice_range 500

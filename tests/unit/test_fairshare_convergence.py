@@ -26,7 +26,7 @@ from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import Footprint, PendingJob, fair_share, site_factors
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
+BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 H = 3600
 START = 1_800_000_000
 CAPACITY = 100.0

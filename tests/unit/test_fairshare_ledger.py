@@ -14,7 +14,7 @@ from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger, fair_share
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
+BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 NOW = 1_800_000_000
 H = 3600
 

@@ -17,7 +17,7 @@ from slurm_ml import proc
 from slurm_ml.health.probe_nvml import NvmlProbe
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "gpu-selfcheck"
+SCRIPT = REPO / "slurm_ml" / "share" / "gpu-selfcheck"
 SMI_Q = REPO / "data" / "gpu" / "smi-q"
 H100_161 = SMI_Q / "gpud_h100x8_535.161.08_q.txt"
 H100_183 = SMI_Q / "gpud_h100x8_535.183.01_q.txt"

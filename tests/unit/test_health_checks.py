@@ -833,7 +833,7 @@ def test_drain_reason_from_real_findings() -> None:
 # ---------------------------------------------------------------- expectations
 
 
-CONF = load_config(Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml")
+CONF = load_config(Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml")
 
 
 @pytest.mark.parametrize(("cls", "want"), [

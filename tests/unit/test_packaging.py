@@ -151,8 +151,9 @@ def test_a_fresh_venv_installs_from_its_own_assets(venv: Path, tmp_path: Path) -
                      str(shipped / "job_submit.lua"), str(shipped / "slurm-ml.yaml")]
 
     etc = make_conf_dir(tmp_path)
-    # No --config: the packaged default, whose partitions the sample conf dir has.
-    res = _run([str(venv / "bin" / "slurm-ml"), "install", "--slurm-conf-dir", str(etc),
+    # The packaged default config, whose partitions the sample conf dir has.
+    res = _run([str(venv / "bin" / "slurm-ml"), "install",
+                "--config", str(shipped / "slurm-ml.yaml"), "--slurm-conf-dir", str(etc),
                 "--no-systemd", "--dry-run", "--diff", "--no-accounts"],
                cwd=elsewhere, env=env)
     out = res.stdout

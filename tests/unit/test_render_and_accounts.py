@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, str]:
-    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     site = render.SiteParams(controller_host="ctl", state_dir="/s", run_dir="/s/run",
                              log_dir="/s/log", gpu_dev_dir="/s/dev", node_addr="127.0.0.1",
                              node_port_base=17001)
@@ -45,7 +45,7 @@ def test_site_slurm_conf_leaves_slurm_mls_settings_to_install(files: dict[str, s
 
 
 def test_billing_weights_and_tres_for_the_include() -> None:
-    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     assert render.accounting_tres(cfg) == \
         "gres/gpu,gres/gpu:a100_40g,gres/gpu:a100_80g,gres/gpu:v100"
     assert render.billing_weights(cfg) == \
@@ -62,7 +62,7 @@ def test_gres_and_topology(files: dict[str, str]) -> None:
 
 
 def test_unknown_placeholder_is_a_named_error(tmp_path: Path) -> None:
-    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     site = render.SiteParams(controller_host="c", state_dir="/s", run_dir="/r", log_dir="/l",
                              gpu_dev_dir="/d")
     with pytest.raises(render.TemplateError, match="nope"):
@@ -72,7 +72,7 @@ def test_unknown_placeholder_is_a_named_error(tmp_path: Path) -> None:
 
 
 def test_account_plan_adds_only_what_is_missing() -> None:
-    cfg = load_config(REPO / "conf" / "slurm-ml.yaml")
+    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
     plan = accounts.plan_tree("c", cfg.budgets, [])
     adds = [(c[3], c[4]) for c in plan]
     assert adds[0] == ("account", "ml")
@@ -100,7 +100,7 @@ def test_qos_plan() -> None:
 def _lua_list(name: str) -> set[str]:
     import re
 
-    lua = (Path(__file__).resolve().parents[2] / "job_submit" / "job_submit.lua").read_text()
+    lua = (Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "job_submit.lua").read_text()
     body = lua.split(f"local {name} = {{", 1)[1].split("}", 1)[0]
     return set(re.findall(r'"([a-z0-9_]+)"', body))
 

@@ -14,7 +14,7 @@ from slurm_ml.sim.engine import Engine, SimSettings, simulate
 from slurm_ml.sim.result import SimResult
 from slurm_ml.sim.workload import DEBUG, LARGE, SimJob
 
-BASE = load_config(Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml")
+BASE = load_config(Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml")
 
 NodeSpec = tuple[str, str, str, int, str]  # class, nodes, GPU type, GPUs per node, leaf
 

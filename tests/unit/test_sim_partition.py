@@ -17,7 +17,7 @@ from slurm_ml.sim.traces import Trace
 from slurm_ml.sim.workload import SimJob
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
+BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 
 
 def two_teams() -> Trace:

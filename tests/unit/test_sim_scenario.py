@@ -31,7 +31,7 @@ from slurm_ml.sim.workload import DEBUG, LARGE, SMALL, SimJob
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "slurm_ml" / "data" / "traces"
-BASE = load_config(REPO / "conf" / "slurm-ml.yaml")
+BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
 HOUR = 3600.0
 
 

@@ -18,7 +18,7 @@ from slurm_ml.submitd.client import ask
 from slurm_ml.submitd.server import MAX_LINE, Listener, PolicyServer, SubmitdError
 from slurm_ml.submitd.state import StateRefresher
 
-CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 GPUS16 = {"v": 1, "op": "submit", "job": {"user_name": "bob", "tres_per_job": "gres:gpu:16"}}
 
 

@@ -22,7 +22,7 @@ from slurm_ml.store import BudgetSnapshot, FakeStore, JobGpuStats
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher, build_state
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 CFG = load_config(EXAMPLE)
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
