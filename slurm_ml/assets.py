@@ -11,13 +11,14 @@
   keeps its own files, so the wheel does not ship these; ``$SLURM_ML_CONF_DIR`` names
   another directory holding them (the compose image sets it).
 
-A leaf: stdlib only, importable from every layer.
+A leaf: stdlib and :mod:`slurm_ml.envvars` only, importable from every layer.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from slurm_ml.envvars import env
 
 #: The package data directory (``slurm_ml/share``).
 SHARE = Path(__file__).resolve().parent / "share"
@@ -65,9 +66,9 @@ def asset_path(*parts: str, strict: bool = True) -> Path:
 def conf_dir() -> Path:
     """The dev cluster's Slurm templates: ``$SLURM_ML_CONF_DIR`` if set, else the
     checkout's ``devcluster/templates``."""
-    env = os.environ.get(CONF_DIR_ENV)
-    if env:
-        return Path(env)
+    override = env(CONF_DIR_ENV)
+    if override:
+        return Path(override)
     root = checkout_root()
     if root is None:
         raise AssetNotFound("devcluster/templates", [],
