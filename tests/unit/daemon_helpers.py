@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from builders import slurm_node
 
 from slurm_ml.config import Config, parse_config
 from slurm_ml.daemon.loop import Daemon
@@ -40,9 +41,10 @@ def nodes(cfg: Config = CFG) -> list[Node]:
     for name in cfg.all_nodes():
         nc = cfg.node_class_of(name)
         assert nc is not None
-        out.append(Node(name, "IDLE", frozenset(), "", nc.features,
-                        f"gpu:{nc.gpu_type}:{nc.gpus_per_node}", nc.gpus_per_node, nc.gpu_type,
-                        nc.cpus, nc.memory_mb))
+        out.append(slurm_node(name, features=nc.features,
+                              gres=f"gpu:{nc.gpu_type}:{nc.gpus_per_node}",
+                              gpus=nc.gpus_per_node, gpu_type=nc.gpu_type, cpus=nc.cpus,
+                              memory_mb=nc.memory_mb))
     return out
 
 

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from builders import slurm_node
+
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import (
@@ -20,7 +22,6 @@ from slurm_ml.health.snapshot import (
     NvLink,
     RemappedRows,
 )
-from slurm_ml.model import Node
 from slurm_ml.slurm.fake import FakeSlurm
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
@@ -98,12 +99,6 @@ class HangingProbe:
 class RaisingProbe:
     def snapshot(self, node: str, gpus: Collection[int] | None = None) -> NodeSnapshot:
         raise RuntimeError("capture unreadable")
-
-
-def slurm_node(name: str, *, reason: str = "", drained: bool = False,
-               state: str = "IDLE") -> Node:
-    return Node(name, state, frozenset({"DRAIN"}) if drained else frozenset(), reason,
-                ("a100",), "gpu:a100:8", 8, "a100", 64, 512000)
 
 
 def fake_slurm(**drains: str) -> FakeSlurm:

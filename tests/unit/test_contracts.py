@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from builders import running_job, waiting_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,19 +36,17 @@ BIG = 1000  # total GPUs: a cap of 50, so the budget never binds unless a test w
 def run(job_id: int, account: str = "nlp", *, gpus: int = 8, gpu_type: str | None = "a100",
         ran: int = 10 * H, time_min: int | None = H, requeue: bool = True, batch: bool = True,
         qos: str = ALLOC_QOS, billing: float | None = None) -> RunningJob:
-    return RunningJob(job_id=job_id, name=f"job{job_id}", account=account, user="u", qos=qos,
-                      gpus=gpus, gpu_type=gpu_type,
-                      billing_gpus=float(gpus) if billing is None else billing,
-                      nodes=(f"n{job_id}",), start=NOW - ran, time_min_s=time_min,
-                      requeue=requeue, batch=batch)
+    return running_job(job_id, start=NOW - ran, account=account, qos=qos, gpus=gpus,
+                       gpu_type=gpu_type, billing_gpus=float(gpus) if billing is None else billing,
+                       time_min_s=time_min, requeue=requeue, batch=batch)
 
 
 def wait(job_id: int = 123, account: str = "vision", *, gpus: int = 8,
          types: frozenset[str] = frozenset(), waited: int = H, reason: str = "Resources",
          qos: str = ALLOC_QOS, order: int = 0, billing: float | None = None) -> WaitingJob:
-    return WaitingJob(job_id=job_id, account=account, user="v", qos=qos, gpus=gpus,
-                      gpu_types=types, billing_gpus=float(gpus) if billing is None else billing,
-                      submit=NOW - waited, reason=reason, order=order)
+    return waiting_job(job_id, submit=NOW - waited, account=account, qos=qos, gpus=gpus,
+                       gpu_types=types, billing_gpus=float(gpus) if billing is None else billing,
+                       reason=reason, order=order)
 
 
 def pos(account: str, share: float, ratio: float | None, running: float) -> AllocationPosition:
@@ -477,10 +476,9 @@ def test_two_allocations_never_requeue_each_other_back(
     by_id = {w.job_id: w for w in waiting}
     later = NOW + 24 * H  # every minimum runtime and cooldown has passed
     running2 = [r for r in running if r.job_id not in victims]
-    running2 += [RunningJob(job_id=j, name="x", account="P", user="v", qos=ALLOC_QOS,
-                            gpus=by_id[j].gpus, gpu_type="a100",
-                            billing_gpus=by_id[j].billing_gpus, nodes=("n",), start=NOW,
-                            time_min_s=0, requeue=True, batch=True) for j in started]
+    running2 += [running_job(j, start=NOW, name="x", account="P", user="v", gpus=by_id[j].gpus,
+                             billing_gpus=by_id[j].billing_gpus, nodes=("n",), time_min_s=0)
+                 for j in started]
     old = {r.job_id: r for r in running}
     waiting2 = [replace(wait(r.victim, "V", gpus=r.gpus, billing=old[r.victim].billing_gpus),
                         submit=later - H, order=i) for i, r in enumerate(first)]
@@ -564,14 +562,10 @@ def test_float_noise_around_one_is_neither_over_nor_under_served() -> None:
                                     running_billing_gpus=8.0)
     noisy_under = AllocationPosition(account="b", budget_share=0.5, ratio=0.9999999999999998,
                                      running_billing_gpus=0.0)
-    job = WaitingJob(job_id=9, account="b", user="u", qos=ALLOC_QOS, gpus=8,
-                     gpu_types=frozenset(), billing_gpus=8.0, submit=0, reason="Resources",
-                     order=0)
+    job = waiting_job(9, submit=0, account="b", user="u")
     cfg = ContractsConfig(preempt_after_wait_s=0, preempt_min_gap=0.0, preempt_cap_fraction=1.0)
     assert not is_starved(10_000, job, noisy_under, {}, cfg)
-    victim = RunningJob(job_id=1, name="j", account="a", user="v", qos=ALLOC_QOS, gpus=8,
-                        gpu_type="a100", billing_gpus=8.0, nodes=("n1",), start=0,
-                        time_min_s=60, requeue=True, batch=True)
+    victim = running_job(1, start=0, name="j", account="a", user="v", time_min_s=60)
     under = replace(noisy_under, ratio=0.2)
     plans = plan_requeues(10_000, [victim], [job], {"a": noisy_over, "b": under},
                           PreemptionLedger(last_requeue={}, recent=[]), {}, 16, cfg)

@@ -7,11 +7,12 @@ import re
 from dataclasses import replace
 
 import pytest
+from builders import running_job, slurm_node
 from hypothesis import given
 from hypothesis import strategies as st
 
 from slurm_ml.config import ReclaimConfig
-from slurm_ml.model import ALLOC_QOS, Node
+from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy.cluster_jobs import RunningJob
 from slurm_ml.policy.reclaim import (
     REASON_LIMIT,
@@ -32,9 +33,8 @@ SAFE = re.compile(r"[A-Za-z0-9 ._:/()+,#%<>=-]*")
 
 def job(job_id: int = 42, *, gpus: int = 1, started: int = 2 * 3600, requeue: bool = True,
         batch: bool = True, qos: str = ALLOC_QOS, account: str = "nlp") -> RunningJob:
-    return RunningJob(job_id=job_id, name="train", account=account, user="ana", qos=qos,
-                      gpus=gpus, gpu_type="a100", billing_gpus=float(gpus), nodes=("gpu01",),
-                      start=NOW - started, time_min_s=3600, requeue=requeue, batch=batch)
+    return running_job(job_id, start=NOW - started, name="train", account=account, user="ana",
+                       qos=qos, gpus=gpus, nodes=("gpu01",), requeue=requeue, batch=batch)
 
 
 def series(*, frm: int, to: int = 0, util: float = 0.0, mem: int = 20_000, gpu: int = 0,
@@ -156,15 +156,9 @@ def test_zombies_are_judged_one_by_one() -> None:
 # --------------------------------------------------------------------------- drains
 
 
-def node(name: str, *, state: str = "MIXED", flags: frozenset[str] = frozenset(),
-         reason: str = "") -> Node:
-    return Node(name=name, state=state, flags=flags, reason=reason, features=(), gres="gpu:8",
-                gpus_total=8, gpu_type="a100", cpus=64, real_memory_mb=512_000)
-
-
-NODES = {"gpu01": node("gpu01"), "gpu02": node("gpu02"),
-         "gpu03": node("gpu03", flags=frozenset({"DRAIN"}), reason="admin: DIMM"),
-         "gpu04": node("gpu04", state="DRAINED")}
+NODES = {"gpu01": slurm_node("gpu01", state="MIXED"), "gpu02": slurm_node("gpu02", state="MIXED"),
+         "gpu03": slurm_node("gpu03", state="MIXED", drained=True, reason="admin: DIMM"),
+         "gpu04": slurm_node("gpu04", state="DRAINED")}
 
 STUCK = [
     ("past-the-timeout-drains-each-node",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from builders import running_job, waiting_job
 from daemon_helpers import nodes as config_nodes
 from test_sim_engine import ONE_NODE, cfg_with, contract_cfg, contract_jobs, job, runs
 
@@ -23,7 +24,6 @@ from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import ALLOC_QOS, GpuRequest, Job, JobState, JobUsage
 from slurm_ml.policy import contracts, fairshare
-from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger
 from slurm_ml.sim import policies
@@ -95,13 +95,10 @@ def test_narrowing_keeps_a_job_that_starves_only_once_the_free_gpus_are_promised
     now = 1_700_000_000
     cfg = dataclasses.replace(contract_cfg().policy.contracts, preempt_cap_fraction=1.0,
                               preempt_after_wait_s=0.0)
-    running = [RunningJob(job_id=i, name=f"r{i}", account="x", user="ux", qos=ALLOC_QOS,
-                          gpus=2, gpu_type="t", billing_gpus=2.0, nodes=(f"n{i}",),
-                          start=now - 7200 - i, time_min_s=600, requeue=True, batch=True)
-               for i in range(1, 9)]
-    waiting = [WaitingJob(job_id=100 + n, account="y", user="uy", qos=ALLOC_QOS, gpus=gpus,
-                          gpu_types=frozenset(), billing_gpus=float(gpus), submit=now - 3600,
-                          reason="Resources", order=n) for n, gpus in enumerate((4, 1))]
+    running = [running_job(i, start=now - 7200 - i, name=f"r{i}", account="x", user="ux",
+                           gpus=2, gpu_type="t", time_min_s=600) for i in range(1, 9)]
+    waiting = [waiting_job(100 + n, submit=now - 3600, account="y", user="uy", gpus=gpus, order=n)
+               for n, gpus in enumerate((4, 1))]
     positions = {"x": AllocationPosition("x", 0.5, 2.0, 16.0),
                  "y": AllocationPosition("y", 0.5, 0.0, 0.0)}
     ledger = PreemptionLedger(last_requeue={}, recent=[])

@@ -6,16 +6,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from builders import slurm_node
 
-from slurm_ml.model import JobState, JobUsage, Node
+from slurm_ml.model import JobState, JobUsage
 from slurm_ml.slurm.batching import site_factor_batches
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.slurm.protocol import SlurmClient, SubmitRequest
-
-
-def node(name: str) -> Node:
-    return Node(name, "IDLE", frozenset(), "", ("a100",), "gpu:a100:8", 8, "a100", 64, 512000)
 
 
 def test_fake_satisfies_protocol() -> None:
@@ -52,7 +49,7 @@ def test_requeue_and_cancel_semantics() -> None:
 
 
 def test_drain_resume_and_unknown_node() -> None:
-    s = FakeSlurm([node("gpu01")])
+    s = FakeSlurm([slurm_node("gpu01")])
     s.drain_node("gpu01", "slurm-ml: ecc gpu0")
     assert s.nodes["gpu01"].drained and s.nodes["gpu01"].reason == "slurm-ml: ecc gpu0"
     s.resume_node("gpu01")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from builders import T0, budget_snapshot, decision, health_event, util_sample
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,29 +24,15 @@ from slurm_ml.store import (
 from slurm_ml.store.records import check_since, record_from_json, record_to_json
 from slurm_ml.store.spool import decode_line, encode_line
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def health(**kw: Any) -> HealthEvent:
-    base: dict[str, Any] = {
-        "idempotency_key": "h1",
-        "node": "gpu01",
-        "check_id": "ecc",
-        "severity": "drain",
-        "message": "uncorrectable ECC",
-        "observed_at": T0,
-    }
-    return HealthEvent(**(base | kw))
-
 
 def test_naive_datetime_is_rejected() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        health(observed_at=datetime(2025, 1, 1))
+        health_event(observed_at=datetime(2025, 1, 1))
 
 
 def test_datetimes_are_normalised_to_utc() -> None:
     cet = timezone(timedelta(hours=1))
-    ev = health(observed_at=datetime(2025, 3, 1, 13, 0, tzinfo=cet))
+    ev = health_event(observed_at=datetime(2025, 3, 1, 13, 0, tzinfo=cet))
     assert ev.observed_at == T0
     assert ev.observed_at.tzinfo is UTC
 
@@ -66,61 +53,29 @@ def test_datetimes_are_normalised_to_utc() -> None:
 )
 def test_invalid_health_events(kw: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        health(**kw)
+        health_event(**kw)
 
 
 def test_numeric_ranges_and_normal_forms() -> None:
-    s = UtilSample(
-        idempotency_key="u",
-        job_id=1,
-        node="n",
-        gpu_index=0,
-        sampled_at=T0,
-        util_pct=50,  # int accepted, stored as float
-        mem_used_mb=10,
-    )
+    s = util_sample(util_pct=50)  # int accepted, stored as float
     assert isinstance(s.util_pct, float)
     with pytest.raises(ValueError, match="util_pct"):
-        UtilSample(
-            idempotency_key="u",
-            job_id=1,
-            node="n",
-            gpu_index=0,
-            sampled_at=T0,
-            util_pct=100.5,
-            mem_used_mb=10,
-        )
+        util_sample(util_pct=100.5)
     with pytest.raises(ValueError, match="finite"):
-        BudgetSnapshot(
-            idempotency_key="b",
-            taken_at=T0,
-            account="a",
-            parent=None,
-            budget_share=math.inf,
-            usage_gpu_hours=0,
-            owed_gpu_hours=0,
-        )
+        budget_snapshot(budget_share=math.inf)
     with pytest.raises(ValueError, match="dry_run"):
-        ReconcilerDecision(
-            idempotency_key="d",
-            cycle=1,
-            job_id=None,
-            kind="k",
-            reason="r",
-            decided_at=T0,
-            dry_run=1,  # type: ignore[arg-type]
-        )
+        decision(job_id=None, dry_run=1)
 
 
 def test_details_are_json_normalised() -> None:
-    ev = health(details={"links": (1, 2), "nested": {"ok": True}})
+    ev = health_event(details={"links": (1, 2), "nested": {"ok": True}})
     assert ev.details == {"links": [1, 2], "nested": {"ok": True}}
 
 
 def test_records_are_keyword_only_and_frozen() -> None:
     with pytest.raises(TypeError):
         HealthEvent("k", "n", "c", "s", "m", T0)  # type: ignore[call-arg]
-    ev = health()
+    ev = health_event()
     with pytest.raises(AttributeError):
         ev.node = "other"  # type: ignore[misc]
 
@@ -154,7 +109,7 @@ def test_every_kind_has_a_record_type() -> None:
 def test_from_json_rejects_unknown_kind_and_fields() -> None:
     with pytest.raises(ValueError, match="unknown record kind"):
         record_from_json("nope", {})
-    data = record_to_json(health())
+    data = record_to_json(health_event())
     with pytest.raises(ValueError, match="unknown fields"):
         record_from_json("health_event", data | {"extra": 1})
     del data["node"]

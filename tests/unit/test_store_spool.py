@@ -7,15 +7,14 @@ import os
 import stat
 import tempfile
 import threading
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from builders import at, audit_entry, decision, health_event, util_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_ml.store import (
-    AuditEntry,
     DrainResult,
     FakeStore,
     HealthEvent,
@@ -33,45 +32,21 @@ from slurm_ml.store import (
 )
 from slurm_ml.store.spool import SPOOL_FILE, encode_line
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
 
 def ev(i: int) -> HealthEvent:
-    return HealthEvent(
-        idempotency_key=f"h{i}",
-        node=f"gpu{i % 4:02d}",
-        check_id="xid",
-        severity="drain",
-        message=f"XID 79 on GPU {i % 8}",
-        observed_at=T0 + timedelta(seconds=i),
-        gpu_index=i % 8,
-    )
+    return health_event(f"h{i}", node=f"gpu{i % 4:02d}", message=f"XID 79 on GPU {i % 8}",
+                        observed_at=at(seconds=i), gpu_index=i % 8)
 
 
 def mixed(i: int) -> Record:
     """A record of one of three types, so replay dispatch is exercised too."""
-    at = T0 + timedelta(seconds=i)
     if i % 3 == 0:
         return ev(i)
     if i % 3 == 1:
-        return ReconcilerDecision(
-            idempotency_key=f"d{i}",
-            cycle=i,
-            job_id=i,
-            kind="requeue",
-            reason="contract",
-            decided_at=at,
-            dry_run=True,
-        )
-    return UtilSample(
-        idempotency_key=f"u{i}",
-        job_id=i,
-        node="gpu01",
-        gpu_index=0,
-        sampled_at=at,
-        util_pct=1.0,
-        mem_used_mb=5,
-    )
+        return decision(f"d{i}", cycle=i, job_id=i, reason="contract",
+                        decided_at=at(seconds=i), dry_run=True)
+    return util_sample(f"u{i}", job_id=i, sampled_at=at(seconds=i), util_pct=1.0,
+                       mem_used_mb=5)
 
 
 def landed(fake: FakeStore) -> list[Record]:
@@ -128,9 +103,7 @@ def test_outage_spools_logs_and_drain_lands_in_order(
 def test_spool_files_are_private(tmp_path: Path) -> None:
     fake = FakeStore()
     fake.set_available(False)
-    SpoolingStore(fake, tmp_path / "new").audit(
-        AuditEntry(idempotency_key="a", actor="x", action="y", target="z", at=T0)
-    )
+    SpoolingStore(fake, tmp_path / "new").audit(audit_entry("a"))
     mode = stat.S_IMODE(os.stat(spool_file(tmp_path / "new")).st_mode)
     assert mode == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700

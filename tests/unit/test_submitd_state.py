@@ -8,12 +8,13 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from builders import T0, budget_snapshot, job_gpu_stats, store_with
 
 from slurm_ml.config import load_config, parse_config
 from slurm_ml.policy.admission import recorded_min_runtime_min
@@ -25,39 +26,22 @@ from slurm_ml.submitd.state import StateRefresher, build_state
 EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 CFG = load_config(EXAMPLE)
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 #: 2 x 8 x 1.0 + 2 x 8 x 0.8 + 2 x 4 x 0.4 billing GPUs over a 168 h window
 CAPACITY = (16 * 1.0 + 16 * 0.8 + 8 * 0.4) * 168.0
 
 
 def snapshot(account: str, share: float, usage: float, *, minutes: int = 0,
              site_factor: int | None = None, key: str | None = None) -> BudgetSnapshot:
-    return BudgetSnapshot(
-        idempotency_key=key or f"{account}-{minutes}-{usage}",
-        taken_at=T0 + timedelta(minutes=minutes),
-        account=account,
-        parent="nlp",
-        budget_share=share,
-        usage_gpu_hours=usage,
-        owed_gpu_hours=0.0,
-        site_factor=site_factor,
-    )
+    return budget_snapshot(key or f"{account}-{minutes}-{usage}", account=account,
+                           minutes=minutes, parent="nlp", budget_share=share,
+                           usage_gpu_hours=usage, owed_gpu_hours=0.0, site_factor=site_factor)
 
 
 def run(job_id: int, peak_mb: int, *, user: str = "alice", name: str = "train",
         hours: int = 0, gpu: int = 0) -> JobGpuStats:
-    return JobGpuStats(
-        idempotency_key=f"{user}-{name}-{job_id}-{gpu}",
-        job_id=job_id,
-        job_name=name,
-        user=user,
-        account="llm-pretrain",
-        node="gpu01",
-        gpu_index=gpu,
-        peak_mem_mb=peak_mb,
-        mean_util_pct=50.0,
-        ended_at=T0 + timedelta(hours=hours),
-    )
+    return job_gpu_stats(f"{user}-{name}-{job_id}-{gpu}", job_id=job_id, hours=hours,
+                         job_name=name, user=user, account="llm-pretrain", gpu_index=gpu,
+                         peak_mem_mb=peak_mb)
 
 
 class Clock:
@@ -70,12 +54,7 @@ class Clock:
 
 def refresher_with(*records: BudgetSnapshot | JobGpuStats,
                    store: FakeStore | None = None) -> tuple[FakeStore, StateRefresher, Clock]:
-    store = store or FakeStore()
-    for record in records:
-        if isinstance(record, BudgetSnapshot):
-            store.record_budget_snapshot(record)
-        else:
-            store.record_job_gpu_stats(record)
+    store = store_with(records, store)
     clock = Clock()
     return store, StateRefresher(store, CFG, clock=clock), clock
 
