@@ -80,7 +80,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     from slurm_ml.sim import scenario, traces
     from slurm_ml.sim.engine import SimSettings, simulate
     from slurm_ml.sim.metrics import compare, summarize, targets
-    from slurm_ml.sim.trace_base import DEFAULT_GPUS_PER_NODE
+    from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE
 
     base = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
     if scale is not None and demand is not None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from slurm_ml.config import Config, parse_config
 from slurm_ml.sim.scenario import config_data
-from slurm_ml.sim.trace_base import DEFAULT_GPUS_PER_NODE, Trace
+from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace
 
 PREFIX = "vc_"
 

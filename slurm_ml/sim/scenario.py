@@ -16,7 +16,7 @@ from typing import Any
 
 from slurm_ml.config import Config, parse_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, NodeClass
-from slurm_ml.sim.trace_base import DEFAULT_GPUS_PER_NODE, Trace, kind_of, vc_user
+from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace, kind_of, vc_user
 from slurm_ml.sim.workload import DEBUG, SimJob
 
 __all__ = [

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_ml.sim.trace_base import (
+from slurm_ml.sim.traces.base import (
     DEFAULT_GPUS_PER_NODE,
     ZERO_DURATION,
     ZERO_GPUS,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_ml.sim.trace_base import Row, TraceError, csv_rows
+from slurm_ml.sim.traces.base import Row, TraceError, csv_rows
 
 __all__ = ["ClusterFigures", "load_calibration", "load_vc_nodes"]
 

@@ -1,6 +1,6 @@
 """Loaders for the CSV job traces: Philly (Pollux's extract), Chronus, Tiresias, Pollux.
 
-Each reads only the columns it needs, checks them strictly (trace_base.Row) and turns
+Each reads only the columns it needs, checks them strictly (base.Row) and turns
 a row into one job. Columns and units are the ones ``slurm_ml/data/SOURCES.md``
 documents for each file; nothing is filled in that the file does not say, except
 where a docstring below names the assumption.
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurm_ml.sim.trace_base import (
+from slurm_ml.sim.traces.base import (
     DEFAULT_GPUS_PER_NODE,
     ZERO_DURATION,
     ZERO_GPUS,

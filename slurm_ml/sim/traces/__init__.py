@@ -1,7 +1,8 @@
 """Real GPU-cluster traces as simulator workloads, and the ``--trace SPEC`` that names one.
 
-The loaders live in ``trace_*`` modules (one per file family); this module is the one
-place callers import from. A spec is ``KIND[:PATH][?KEY=VALUE&...]``, e.g. ``philly``,
+The loaders live in this package's modules, one per file family (:mod:`.csv_jobs`,
+:mod:`.gavel`, :mod:`.calibration`, sharing :mod:`.base`); this module is the one place
+callers import from. A spec is ``KIND[:PATH][?KEY=VALUE&...]``, e.g. ``philly``,
 ``philly:/data/philly.csv``, ``gavel:/data/seed=1?fallback=nearest``,
 ``pollux?duration_s=3600``. Without a PATH the kind's file in the traces shipped with
 the package is used (see :func:`default_data_dir`).
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from slurm_ml.envvars import env
-from slurm_ml.sim.trace_base import (
+from slurm_ml.sim.traces.base import (
     DEFAULT_GPUS_PER_NODE,
     ZERO_DURATION,
     ZERO_GPUS,
@@ -23,15 +24,15 @@ from slurm_ml.sim.trace_base import (
     kind_of,
     vc_user,
 )
-from slurm_ml.sim.trace_calib import ClusterFigures, load_calibration, load_vc_nodes
-from slurm_ml.sim.trace_csv import (
+from slurm_ml.sim.traces.calibration import ClusterFigures, load_calibration, load_vc_nodes
+from slurm_ml.sim.traces.csv_jobs import (
     DurationModel,
     load_chronus,
     load_philly,
     load_pollux_workload,
     load_tiresias,
 )
-from slurm_ml.sim.trace_gavel import FALLBACKS, NO_THROUGHPUT, load_gavel
+from slurm_ml.sim.traces.gavel import FALLBACKS, NO_THROUGHPUT, load_gavel
 
 __all__ = [
     "CALIBRATION",
@@ -86,7 +87,7 @@ _OPTIONS: Mapping[str, tuple[str, ...]] = {
 
 
 #: The traces the package ships (``slurm_ml/data/``, origins in its SOURCES.md).
-PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
+PACKAGED_DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def default_data_dir() -> Path:
