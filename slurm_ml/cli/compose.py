@@ -1,5 +1,5 @@
 """``slurm-ml devcluster container ROLE``: the entry point of every docker-compose service
-(registered on the ``devcluster`` group by ``slurm_ml.cli``)."""
+(registered on the ``devcluster`` group by ``slurm_ml.cli.devcluster``)."""
 
 from __future__ import annotations
 
