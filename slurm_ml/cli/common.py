@@ -18,7 +18,7 @@ import click
 from slurm_ml.assets import asset_path
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
-# The checkout's conf/slurm-ml.yaml, else the copy installed with the package.
+# slurm_ml/share/slurm-ml.yaml: package data, the same file in a checkout and a wheel.
 DEFAULT_CONFIG = asset_path("slurm-ml.yaml", strict=False)
 
 
