@@ -3,7 +3,6 @@ server job_submit.lua asks, its control socket, and a dry run of admission."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from slurm_ml.cli.common import (
     fail,
     load_config_or_exit,
 )
+from slurm_ml.envvars import env
 
 _SOCKET_HELP = ("submitd's Unix socket "
                 "(default $SLURM_ML_SUBMITD_SOCKET or /run/slurm-ml/submitd.sock).")
@@ -26,12 +26,12 @@ _SOCKET_HELP = ("submitd's Unix socket "
 def _socket_path(value: str | None) -> Path:
     from slurm_ml.submitd.run import DEFAULT_SOCKET
 
-    return Path(value or os.environ.get("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
+    return Path(value or env("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
 
 
 @click.command("submitd")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml (default conf/slurm-ml.yaml); re-read on SIGHUP.")
+              help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml); re-read on SIGHUP.")
 @click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
 @click.option("--group", default=None,
               help="Group that owns the socket (SlurmUser's group); mode is 0660.")
@@ -82,7 +82,7 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
 @click.option("--user", default=None, help="Submit as this user (default: you).")
 @click.option("--account", default=None, help="Account when the sbatch line has no -A.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml (default conf/slurm-ml.yaml).")
+              help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml).")
 @click.option("--dsn", default=None,
               help="PostgreSQL for budgets and GPU memory profiles (default $SLURM_ML_DSN).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
@@ -126,7 +126,7 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
             script = sys.stdin.read()
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read the batch script: {exc}", EXIT_BAD_INPUT)
-    if dsn or cfg.store.dsn or os.environ.get("SLURM_ML_DSN"):
+    if dsn or cfg.store.dsn or env("SLURM_ML_DSN"):
         store = open_store(cfg, dsn)
     else:  # one plain line for a researcher, not submitd's log warning
         click.echo("slurm-ml: note: no database configured (store.dsn / $SLURM_ML_DSN); "

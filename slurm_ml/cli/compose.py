@@ -9,7 +9,13 @@ from pathlib import Path
 
 import click
 
-from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_NOT_READY, fail, load_config_or_exit
+from slurm_ml.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_NOT_READY,
+    config_file,
+    fail,
+    load_config_or_exit,
+)
 
 # slurm_ml.devcluster.compose's ROLES and CONFIG_PATH, spelled out so that every
 # slurm-ml start (the Prolog's among them) does not import the dev cluster's modules;
@@ -21,7 +27,6 @@ CONFIG_PATH = Path("/etc/slurm-ml/slurm-ml.yaml")
 @click.command("container")
 @click.argument("role", type=click.Choice(ROLES))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              envvar="SLURM_ML_CONFIG",
               help=f"slurm-ml.yaml (default $SLURM_ML_CONFIG, then {CONFIG_PATH}).")
 @click.option("--node", default=None,
               help="With ROLE node: the Slurm node this container is (default: its host name).")
@@ -52,7 +57,7 @@ def devcluster_container(role: str, config_path: str | None, node: str | None,
     from slurm_ml.slurm.render import TemplateError
     from slurm_ml.store.errors import StoreError
 
-    path = Path(config_path or CONFIG_PATH)
+    path = config_file(config_path, CONFIG_PATH)
     cfg = load_config_or_exit(path)
     name = node or socket.gethostname().split(".")[0]
     if role == "node" and name not in cfg.all_nodes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from slurm_ml.cli.common import emit, fail
+from slurm_ml.envvars import env
 
 
 @click.group()
@@ -13,11 +14,15 @@ def db() -> None:
 
 
 @db.command("migrate")
-@click.option("--dsn", envvar="SLURM_ML_DSN", required=True,
-              help="PostgreSQL DSN (default: $SLURM_ML_DSN).")
+@click.option("--dsn", default=None,
+              help="PostgreSQL DSN (default: $SLURM_ML_DSN; prefer it: a command line shows "
+                   "the password to every user in ps).")
 @click.option("--json", "as_json", is_flag=True)
-def db_migrate(dsn: str, as_json: bool) -> None:
+def db_migrate(dsn: str | None, as_json: bool) -> None:
     """Apply pending schema migrations (idempotent)."""
+    dsn = dsn or env("SLURM_ML_DSN")
+    if not dsn:
+        raise click.UsageError("no database: pass --dsn or set $SLURM_ML_DSN")
     from slurm_ml.store.errors import StoreError
     from slurm_ml.store.migrate import migrate
 

@@ -4,7 +4,6 @@ it out again (registered on the main group by ``slurm_ml.cli``)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import click
 
 from slurm_ml.cli.common import EXIT_BAD_INPUT, fail, load_config_or_exit
+from slurm_ml.envvars import env
 
 _EXIT_CODES = """\b
 Exit codes:
@@ -144,7 +144,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
         systemd_dir=None if no_systemd else systemd_dir.absolute(),
         hook_dir=hook_dir.absolute() if hook_dir else None,
         submitd_socket=submitd_socket,
-        dsn=dsn if dsn is not None else os.environ.get("SLURM_ML_DSN", ""),
+        dsn=dsn if dsn is not None else env("SLURM_ML_DSN") or "",
         health_check_interval_s=health_check_interval,
         service_user=user,
         service_group=group,

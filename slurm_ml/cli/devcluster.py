@@ -5,7 +5,6 @@ docker compose services) lives in ``slurm_ml.cli.compose``."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from slurm_ml.cli.common import (
     load_config_or_exit,
 )
 from slurm_ml.cli.compose import devcluster_container
+from slurm_ml.envvars import env
 
 DEFAULT_STATE = Path.cwd() / ".devcluster"
 
@@ -36,14 +36,15 @@ def _state_opt(f: Any) -> Any:
                      help="Where the cluster keeps all its state (default ./.devcluster, "
                           "or $SLURM_ML_DEVCLUSTER).")(f)
     return click.option("--config", "config_path", type=click.Path(dir_okay=False),
-                        default=None, help="slurm-ml.yaml (default conf/slurm-ml.yaml).")(f)
+                        default=None,
+                        help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml).")(f)
 
 
 def _cluster(state_dir: str | None, config_path: str | None) -> Any:
     from slurm_ml.devcluster.cluster import DevCluster
     from slurm_ml.devcluster.layout import Layout
 
-    root = Path(state_dir or os.environ.get("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
+    root = Path(state_dir or env("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
     cfg = load_config_or_exit(config_path or DEFAULT_CONFIG)
     path = Path(config_path or DEFAULT_CONFIG).resolve()
     return DevCluster(cfg, Layout(root), say=lambda m: click.echo(m, err=True), config_path=path)

@@ -35,7 +35,7 @@ def health() -> None:
 @click.option("--class", "node_class", default=None, metavar="NODECLASS",
               help="Node class whose expectations apply (wins over --node).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml for --class/--node (default conf/slurm-ml.yaml).")
+              help="slurm-ml.yaml for --class/--node (default slurm_ml/share/slurm-ml.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def health_check(capture_dir: str, node: str | None, node_class: str | None,
                  config_path: str | None, as_json: bool) -> None:

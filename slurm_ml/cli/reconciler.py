@@ -9,27 +9,27 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from slurm_ml.cli.common import (
-    DEFAULT_CONFIG,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
+    config_file,
     emit,
     fail,
     load_config_or_exit,
 )
+from slurm_ml.envvars import env
 
 
 def _config_opt(f: Any) -> Any:
     return click.option("--config", "config_path", type=click.Path(dir_okay=False),
-                        default=None, envvar="SLURM_ML_CONFIG",
+                        default=None,
                         help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then "
-                             "conf/slurm-ml.yaml).")(f)
+                             "slurm_ml/share/slurm-ml.yaml).")(f)
 
 
 def _dsn_opt(f: Any) -> Any:
@@ -38,7 +38,7 @@ def _dsn_opt(f: Any) -> Any:
 
 
 def _dsn(cfg: Any, dsn: str | None) -> str:
-    return dsn or os.environ.get("SLURM_ML_DSN", "").strip() or cfg.store.dsn
+    return dsn or env("SLURM_ML_DSN") or cfg.store.dsn
 
 
 def _slurm(cfg: Any) -> Any:
@@ -89,7 +89,7 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     from slurm_ml.store.leader import PgLeaderLock
     from slurm_ml.store.migrate import migrate
 
-    path = Path(config_path) if config_path else DEFAULT_CONFIG
+    path = config_file(config_path)
     cfg = load_config_or_exit(path)
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("slurm_ml").setLevel(logging.INFO)
@@ -171,7 +171,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
+    cfg = load_config_or_exit(config_file(config_path))
     now = int(time.time())
     click.echo("reading slurmctld and slurmdbd ...", err=True)
     try:
@@ -226,7 +226,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
+    cfg = load_config_or_exit(config_file(config_path))
     slurm = _slurm(cfg)
     now = int(time.time())
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli.common import DEFAULT_CONFIG, EXIT_BAD_INPUT, emit, fail, load_config_or_exit
+from slurm_ml.cli.common import EXIT_BAD_INPUT, config_file, emit, fail, load_config_or_exit
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")
 
@@ -31,9 +31,8 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
 
 @click.command("sim")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              envvar="SLURM_ML_CONFIG",
               help="slurm-ml.yaml whose policy knobs to simulate (default $SLURM_ML_CONFIG, "
-                   "then conf/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
+                   "then slurm_ml/share/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
 @click.option("--trace", "spec", default="philly", show_default=True,
               help="KIND[:PATH][?KEY=VALUE]: philly, chronus, gavel, tiresias, "
                    "pollux?duration_s=N (default: the traces shipped in slurm_ml/data/).")
@@ -82,7 +81,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     from slurm_ml.sim.metrics import compare, summarize, targets
     from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE
 
-    base = load_config_or_exit(Path(config_path) if config_path else DEFAULT_CONFIG)
+    base = load_config_or_exit(config_file(config_path))
     if scale is not None and demand is not None:
         fail("give --scale or --demand, not both", EXIT_BAD_INPUT)
     try:

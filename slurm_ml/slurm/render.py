@@ -1,9 +1,10 @@
 """Render the site's slurm.conf, gres.conf, topology.conf and slurmdbd.conf from templates.
 
 The templates are the dev and compose cluster's (``devcluster/templates/`` of the
-checkout, or ``$SLURM_ML_CONF_DIR``); this module only fills their ``${placeholders}``. The few generated blocks (node,
-partition, GRES and switch lines) are derived from slurm-ml.yaml so that the
-cluster and the policy can never disagree about GPU types or topology.
+checkout, or ``$SLURM_ML_CONF_DIR``); this module only fills their ``${placeholders}``.
+The few generated blocks (node, partition, GRES and switch lines) are derived from
+slurm-ml.yaml so that the cluster and the policy can never disagree about GPU types or
+topology.
 
 These are the *site* files (cluster, ports, paths, nodes, partitions). Everything
 slurm-ml itself adds to Slurm (the job_submit shim, hooks, the ``slurm-ml.conf``

@@ -31,7 +31,7 @@ SCANNED = ["slurm_ml", "devcluster", "docs", "examples", "benchmarks", "README.m
            "CHANGELOG.md", "Makefile", "docker-compose.yml"]
 #: Python that still reads its variables itself instead of through envvars.env (the CLI is
 #: being split into modules; assets.py is moved by the layout work). Shrink, never grow.
-NOT_YET_CONVERTED = {"slurm_ml/cli/"}
+NOT_YET_CONVERTED: set[str] = set()
 
 
 def _files() -> list[Path]:
