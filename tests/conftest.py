@@ -8,15 +8,21 @@ test is not a passing one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from slurm_ml.store import PgLeaderLock
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PG_LOCK_KEY = 0x736C_6D6C_7465_7374  # "slmltest"
 
 
 def _need(var: str) -> str:
@@ -40,9 +46,9 @@ def admin_dsn() -> str:
     return _need("SLURM_ML_DSN")
 
 
-@pytest.fixture
-def pg_dsn(admin_dsn: str) -> Iterator[str]:
-    """DSN of a fresh, empty database, dropped after the test."""
+@contextlib.contextmanager
+def fresh_database(admin_dsn: str) -> Iterator[str]:
+    """DSN of a new, empty database, dropped on exit."""
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import make_conninfo
@@ -57,3 +63,30 @@ def pg_dsn(admin_dsn: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def pg_dsn(admin_dsn: str) -> Iterator[str]:
+    """DSN of a fresh, empty database, dropped after the test."""
+    with fresh_database(admin_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def pg_module_dsn(admin_dsn: str) -> Iterator[str]:
+    """DSN of a fresh, empty database that the tests of one module share."""
+    with fresh_database(admin_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def pg_locks(pg_dsn: str) -> Iterator[tuple[PgLeaderLock, PgLeaderLock]]:
+    """Two PgLeaderLock sessions, holders test-a and test-b, contending for one key of a
+    fresh database (advisory locks are per database: nothing else contends)."""
+    from slurm_ml.store import PgLeaderLock
+
+    a = PgLeaderLock(pg_dsn, PG_LOCK_KEY, holder="test-a")
+    b = PgLeaderLock(pg_dsn, PG_LOCK_KEY, holder="test-b")
+    yield a, b
+    a.release()
+    b.release()

@@ -1,6 +1,9 @@
-"""PostgresStore, migrate and the spool against a real PostgreSQL.
+"""What only PostgresStore has, against a real PostgreSQL: migrations, agreement with
+FakeStore on many ties, reconnects, the server's refusals and its errors.
 
-``pg_dsn`` (tests/conftest.py) gives each test a fresh, empty database.
+What every Store must do is the contract suite (tests/store_contract.py), which
+test_store_contract_pg.py runs over PostgresStore. ``pg_dsn`` (tests/conftest.py) gives
+each test a fresh, empty database.
 """
 
 from __future__ import annotations
@@ -8,33 +11,34 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from builders import (
+    at,
+    audit_entry,
+    budget_snapshot,
+    decision,
+    health_event,
+    job_gpu_stats,
+    one_of_each,
+    util_sample,
+)
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from slurm_ml.store import (
-    AuditEntry,
-    BudgetSnapshot,
-    DrainResult,
     FakeStore,
     HealthEvent,
-    JobGpuStats,
     Migration,
     MigrationError,
     PostgresStore,
-    ReconcilerDecision,
     Record,
-    SpoolingStore,
     Store,
     StoreError,
     StoreIntegrityError,
     StoreUnavailable,
-    UtilSample,
     WriteOutcome,
     load_migrations,
     migrate,
@@ -44,126 +48,14 @@ from slurm_ml.store import (
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
-TABLES = {
-    "health_events": HealthEvent,
-    "job_gpu_stats": JobGpuStats,
-    "util_samples": UtilSample,
-    "budget_snapshots": BudgetSnapshot,
-    "decisions": ReconcilerDecision,
-    "audit_log": AuditEntry,
-}
-
-
-def one_of_each(tag: str = "") -> list[Record]:
-    """One record per table, with optional fields both set and unset."""
-    cet = timezone(timedelta(hours=1))
-    return [
-        HealthEvent(
-            idempotency_key=f"h{tag}",
-            node="gpu01",
-            check_id="row_remap",
-            severity="drain",
-            message="row remapping failure on GPU 3 — pending",
-            observed_at=T0.astimezone(cet),
-            gpu_index=3,
-            details={"pending": True, "correctable": 0, "ids": [1, 2], "ratio": 0.1},
-        ),
-        HealthEvent(
-            idempotency_key=f"h2{tag}",
-            node="gpu02",
-            check_id="gpu_count",
-            severity="drain",
-            message="",
-            observed_at=T0,
-        ),
-        JobGpuStats(
-            idempotency_key=f"s{tag}",
-            job_id=2**40,
-            job_name="llama-ft",
-            user="alice",
-            account="nlp",
-            node="gpu01",
-            gpu_index=7,
-            peak_mem_mb=79_000,
-            mean_util_pct=93.25,
-            ended_at=T0,
-            started_at=T0 - timedelta(hours=5),
-            gpu_type="a100_80g",
-        ),
-        UtilSample(
-            idempotency_key=f"u{tag}",
-            job_id=42,
-            node="gpu01",
-            gpu_index=0,
-            sampled_at=T0,
-            util_pct=0.0,
-            mem_used_mb=30_000,
-        ),
-        BudgetSnapshot(
-            idempotency_key=f"b{tag}",
-            taken_at=T0,
-            account="nlp",
-            parent="research",
-            budget_share=0.125,
-            usage_gpu_hours=1234.5,
-            owed_gpu_hours=1300.0,
-            site_factor=-5,
-        ),
-        BudgetSnapshot(
-            idempotency_key=f"b2{tag}",
-            taken_at=T0,
-            account="org",
-            parent=None,
-            budget_share=1.0,
-            usage_gpu_hours=0.0,
-            owed_gpu_hours=0.0,
-        ),
-        ReconcilerDecision(
-            idempotency_key=f"d{tag}",
-            cycle=17,
-            job_id=42,
-            kind="requeue",
-            reason="over-served after min runtime",
-            decided_at=T0,
-            dry_run=True,
-            details={"victim_share": 1.4, "preemptor": 43},
-        ),
-        ReconcilerDecision(
-            idempotency_key=f"d2{tag}",
-            cycle=17,
-            job_id=None,
-            kind="drain",
-            reason="slurm-ml: nvlink gpu3",
-            decided_at=T0,
-            dry_run=False,
-        ),
-        AuditEntry(
-            idempotency_key=f"a{tag}",
-            actor="root",
-            action="resume",
-            target="gpu02",
-            at=T0,
-            details={"why": "manual"},
-        ),
-    ]
-
-
-def count_rows(dsn: str, table: str) -> int:
-    query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(query).fetchone()
-    assert row is not None
-    return int(row[0])
+TABLES = ("health_events", "job_gpu_stats", "util_samples", "budget_snapshots", "decisions",
+          "audit_log")
 
 
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def dsn_with(dsn: str, **changes: Any) -> str:
-    return make_conninfo(dsn, **changes)
 
 
 SHIPPED = [m.version for m in load_migrations()]
@@ -259,32 +151,7 @@ def test_edited_or_unknown_migrations_are_refused(pg_dsn: str) -> None:
         migrate(pg_dsn)
 
 
-# --- round trips and idempotency ---
-
-
-def test_every_record_round_trips(store: PostgresStore) -> None:
-    records = one_of_each()
-    for r in records:
-        assert write_record(store, r) is WriteOutcome.LANDED
-    h1, h2, s, u, b1, b2, d1, _node_decision, a = records  # no reader for job-less ones
-    assert store.recent_health_events() == [h2, h1]  # same time: newest insert first
-    assert store.job_gpu_stats_for("alice", "llama-ft") == [s]
-    assert store.util_samples_for(42) == [u]
-    assert store.budget_snapshots() == [b1, b2]
-    assert store.decisions_for_job(42) == [d1]
-    assert store.audit_entries() == [a]
-    got = store.recent_health_events()[1]
-    assert got.observed_at.tzinfo is not None and got.observed_at.utcoffset() == timedelta(0)
-    assert got.details == {"pending": True, "correctable": 0, "ids": [1, 2], "ratio": 0.1}
-
-
-def test_same_key_twice_is_one_row(store: PostgresStore, pg_dsn: str) -> None:
-    for r in one_of_each():
-        assert write_record(store, r) is WriteOutcome.LANDED
-        assert write_record(store, r) is WriteOutcome.DUPLICATE
-    expected = {t: sum(1 for r in one_of_each() if isinstance(r, cls)) for t, cls in TABLES.items()}
-    for table, n in expected.items():
-        assert count_rows(pg_dsn, table) == n
+# --- agreement with FakeStore ---
 
 
 def test_readers_match_the_fake(store: PostgresStore) -> None:
@@ -292,61 +159,21 @@ def test_readers_match_the_fake(store: PostgresStore) -> None:
     fake = FakeStore()
     records: list[Record] = []
     for i in range(12):
-        at = T0 + timedelta(minutes=i // 3)  # ties on purpose
+        t = at(i // 3, base=T0)  # ties on purpose
         records += [
-            HealthEvent(
-                idempotency_key=f"h{i}",
-                node=f"gpu{i % 3}",
-                check_id="c",
-                severity="flag",
-                message="m",
-                observed_at=at,
-            ),
-            JobGpuStats(
-                idempotency_key=f"s{i}",
-                job_id=i,
-                job_name=f"job{i % 2}",
-                user=f"user{i % 3}",
-                account="a",
-                node="n",
-                gpu_index=0,
-                peak_mem_mb=i,
-                mean_util_pct=50.0,
-                ended_at=at,
-            ),
-            UtilSample(
-                idempotency_key=f"u{i}",
-                job_id=i % 2,
-                node="n",
-                gpu_index=i % 4,
-                sampled_at=at,
-                util_pct=1.0,
-                mem_used_mb=i,
-            ),
-            BudgetSnapshot(
-                idempotency_key=f"b{i}",
-                taken_at=at,
-                account=f"acct{i % 2}",
-                parent=None,
-                budget_share=0.5,
-                usage_gpu_hours=float(i),
-                owed_gpu_hours=1.0,
-            ),
-            ReconcilerDecision(
-                idempotency_key=f"d{i}",
-                cycle=i,
-                job_id=i % 3,
-                kind="k",
-                reason="r",
-                decided_at=at,
-                dry_run=bool(i % 2),
-            ),
-            AuditEntry(idempotency_key=f"a{i}", actor="x", action="y", target="z", at=at),
+            health_event(f"h{i}", node=f"gpu{i % 3}", observed_at=t),
+            job_gpu_stats(f"s{i}", job_id=i, job_name=f"job{i % 2}", user=f"user{i % 3}",
+                          peak_mem_mb=i, ended_at=t),
+            util_sample(f"u{i}", job_id=i % 2, gpu_index=i % 4, sampled_at=t, mem_used_mb=i),
+            budget_snapshot(f"b{i}", account=f"acct{i % 2}", taken_at=t, parent=None,
+                            usage_gpu_hours=float(i)),
+            decision(f"d{i}", cycle=i, job_id=i % 3, decided_at=t, dry_run=bool(i % 2)),
+            audit_entry(f"a{i}", at=t),
         ]
     for r in reversed(records):
         write_record(store, r)
         write_record(fake, r)
-    since = T0 + timedelta(minutes=2)
+    since = at(2, base=T0)
     both: list[Store] = [store, fake]
     filters: list[dict[str, Any]] = [
         {},
@@ -374,33 +201,12 @@ def test_readers_match_the_fake(store: PostgresStore) -> None:
 # --- outages and errors ---
 
 
-def test_outage_then_drain_lands_each_record_exactly_once(
-    store: PostgresStore, pg_dsn: str, tmp_path: Path
-) -> None:
-    down = PostgresStore(dsn_with(pg_dsn, host="127.0.0.1", port=str(closed_port())))
-    spooling = SpoolingStore(down, tmp_path)
-    records = one_of_each()
-    already = records[0]
-    assert write_record(store, already) is WriteOutcome.LANDED  # landed, then spooled again
-    for r in records:
-        assert write_record(spooling, r) is WriteOutcome.SPOOLED
-    assert write_record(spooling, records[1]) is WriteOutcome.SPOOLED  # spooled twice
-
-    recovered = SpoolingStore(store, tmp_path)  # e.g. the daemon after the database is back
-    result = recovered.drain()
-    assert result == DrainResult(landed=len(records) - 1, duplicates=2, remaining=0)
-    assert recovered.drain() == DrainResult(0, 0, 0)
-    for table, cls in TABLES.items():
-        assert count_rows(pg_dsn, table) == sum(1 for r in records if isinstance(r, cls))
-    assert store.recent_health_events() == [records[1], records[0]]  # newest insert first
-
-
 def test_unreachable_dsn_gives_a_clear_store_unavailable(pg_dsn: str) -> None:
     port = closed_port()
     dsn = f"postgresql://slurmml:s3cret-pw@127.0.0.1:{port}/ledger"
     s = PostgresStore(dsn, connect_timeout_s=2)
     with pytest.raises(StoreUnavailable) as info:
-        s.audit(AuditEntry(idempotency_key="a", actor="x", action="y", target="z", at=T0))
+        s.audit(audit_entry("a"))
     msg = str(info.value)
     assert f"127.0.0.1:{port}/ledger" in msg
     assert "s3cret-pw" not in msg and "s3cret-pw" not in repr(info.value)
@@ -421,7 +227,7 @@ def test_wrong_password_gives_store_unavailable_without_the_password(pg_dsn: str
 
 
 def test_lost_connection_is_retried_once_on_a_fresh_one(store: PostgresStore, pg_dsn: str) -> None:
-    h1, h2 = one_of_each()[:2]
+    h1, h2 = one_of_each(t0=T0)[:2]
     assert isinstance(h1, HealthEvent) and isinstance(h2, HealthEvent)
     assert store.record_health_event(h1) is WriteOutcome.LANDED
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -434,7 +240,7 @@ def test_lost_connection_is_retried_once_on_a_fresh_one(store: PostgresStore, pg
 
 
 def test_refused_data_is_a_store_integrity_error(store: PostgresStore) -> None:
-    bad = one_of_each()[0]
+    bad = one_of_each(t0=T0)[0]
     assert isinstance(bad, HealthEvent)
     object.__setattr__(bad, "gpu_index", -1)  # bypass validation to reach the CHECK constraint
     with pytest.raises(StoreIntegrityError) as info:
@@ -449,11 +255,7 @@ def test_unmigrated_database_says_so(pg_dsn: str) -> None:
     assert not isinstance(info.value, StoreUnavailable)
 
 
-def test_invalid_dsn_and_closed_store(pg_dsn: str) -> None:
+def test_invalid_dsn_is_refused_without_the_password() -> None:
     with pytest.raises(StoreError, match="invalid PostgreSQL DSN") as info:
         PostgresStore("host=x password=hunter22 nonsense")
     assert "hunter22" not in str(info.value)
-    s = PostgresStore(pg_dsn)
-    s.close()
-    with pytest.raises(StoreError, match="closed"):
-        s.audit_entries()

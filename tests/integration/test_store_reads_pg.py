@@ -1,28 +1,29 @@
-"""The admission policy's reads on a real PostgreSQL give exactly what FakeStore gives.
+"""The admission policy's reads on a real PostgreSQL give exactly what FakeStore gives, on
+records with many users, names, multi-GPU jobs and ties.
 
-``pg_dsn`` (tests/conftest.py) gives each test a fresh, empty database.
+The reads' hand-checked cases are the contract suite (tests/store_contract.py), which
+test_store_contract_pg.py runs over PostgresStore. ``pg_dsn`` (tests/conftest.py) gives
+each test a fresh, empty database.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+from builders import budget_snapshot, job_gpu_stats
+from store_contract import assert_same_profiles
 
 from slurm_ml.store import (
     BudgetSnapshot,
     FakeStore,
-    GpuMemProfile,
     JobGpuStats,
     PostgresStore,
     Record,
-    SpoolingStore,
     migrate,
     write_record,
 )
-from slurm_ml.store.profiles import percentile_cont
 
 pytestmark = pytest.mark.integration
 
@@ -46,31 +47,15 @@ def gpu(
     name: str = "train",
     gpu_index: int = 0,
 ) -> JobGpuStats:
-    return JobGpuStats(
-        idempotency_key=key,
-        job_id=job_id,
-        job_name=name,
-        user=user,
-        account="nlp",
-        node=f"gpu0{gpu_index % 6 + 1}",
-        gpu_index=gpu_index,
-        peak_mem_mb=peak_mem_mb,
-        mean_util_pct=75.0,
-        ended_at=ended_at,
-    )
+    return job_gpu_stats(key, job_id=job_id, job_name=name, user=user,
+                         node=f"gpu0{gpu_index % 6 + 1}", gpu_index=gpu_index,
+                         peak_mem_mb=peak_mem_mb, mean_util_pct=75.0, ended_at=ended_at)
 
 
 def snap(key: str, account: str, taken_at: datetime, usage: float) -> BudgetSnapshot:
-    return BudgetSnapshot(
-        idempotency_key=key,
-        taken_at=taken_at,
-        account=account,
-        parent=None if account == "ml" else "ml",
-        budget_share=0.25,
-        usage_gpu_hours=usage,
-        owed_gpu_hours=2.5,
-        site_factor=int(usage) - 10,
-    )
+    return budget_snapshot(key, account=account, taken_at=taken_at,
+                           parent=None if account == "ml" else "ml", usage_gpu_hours=usage,
+                           owed_gpu_hours=2.5, site_factor=int(usage) - 10)
 
 
 def job_records() -> list[Record]:
@@ -107,18 +92,6 @@ def write_both(pg: PostgresStore, fake: FakeStore, records: list[Record]) -> Non
         write_record(fake, r)
 
 
-def assert_same_profiles(got: list[GpuMemProfile], want: list[GpuMemProfile]) -> None:
-    assert [(p.user, p.job_name, p.runs) for p in got] == [
-        (p.user, p.job_name, p.runs) for p in want
-    ]
-    assert [p.p95_mem_mb for p in got] == pytest.approx([p.p95_mem_mb for p in want])
-
-
-def test_empty_database_has_no_profiles_or_snapshots(store: PostgresStore) -> None:
-    assert store.gpu_mem_profiles() == []
-    assert store.latest_budget_snapshots() == []
-
-
 def test_gpu_mem_profiles_match_the_fake(store: PostgresStore) -> None:
     fake = FakeStore()
     records = job_records()
@@ -130,30 +103,6 @@ def test_gpu_mem_profiles_match_the_fake(store: PostgresStore) -> None:
         assert_same_profiles(pg, fk)
     assert_same_profiles(store.gpu_mem_profiles(), fake.gpu_mem_profiles(20))
     assert max(p.runs for p in store.gpu_mem_profiles()) == 20  # the limit bit somewhere
-
-
-def test_gpu_mem_profile_values_are_the_hand_computed_ones(store: PostgresStore) -> None:
-    fake = FakeStore()
-    records: list[Record] = []
-    for j in range(1, 21):  # peaks 1000..20000 MB, the first GPU of each job is smaller
-        at = T0 + timedelta(hours=j)
-        records += [gpu(f"a{j}", j, 500, at), gpu(f"b{j}", j, 1000 * j, at, gpu_index=1)]
-    records.append(gpu("old", 99, 10**6, T0 - timedelta(days=1)))  # 21st job, the oldest
-    write_both(store, fake, records)
-    (pg,) = store.gpu_mem_profiles(20)
-    (fk,) = fake.gpu_mem_profiles(20)
-    assert (pg.user, pg.job_name, pg.runs) == ("alice", "train", 20)
-    assert pg.p95_mem_mb == pytest.approx(19_050.0)  # position 18.05: 19000 + 0.05 * 1000
-    assert pg.p95_mem_mb == pytest.approx(fk.p95_mem_mb)
-    assert fk.p95_mem_mb == percentile_cont([1000.0 * j for j in range(1, 21)], 0.95)
-    (everything,) = store.gpu_mem_profiles(21)
-    assert everything.runs == 21
-    assert everything.p95_mem_mb == pytest.approx(fake.gpu_mem_profiles(21)[0].p95_mem_mb)
-
-
-def test_runs_below_one_is_refused(store: PostgresStore) -> None:
-    with pytest.raises(ValueError, match="runs must be"):
-        store.gpu_mem_profiles(0)
 
 
 def test_latest_budget_snapshots_match_the_fake(store: PostgresStore) -> None:
@@ -170,15 +119,3 @@ def test_latest_budget_snapshots_match_the_fake(store: PostgresStore) -> None:
     assert {s.account: s.idempotency_key for s in store.latest_budget_snapshots()}["nlp"] == "late"
 
 
-def test_spooling_store_reads_pass_through_to_postgres(
-    store: PostgresStore, tmp_path: Path
-) -> None:
-    spooling = SpoolingStore(store, tmp_path)
-    fake = FakeStore()
-    records = job_records()[:40] + budget_records()
-    for r in records:
-        write_record(spooling, r)
-        write_record(fake, r)
-    assert not spooling.has_pending()
-    assert spooling.latest_budget_snapshots() == fake.latest_budget_snapshots()
-    assert_same_profiles(spooling.gpu_mem_profiles(3), fake.gpu_mem_profiles(3))

@@ -1,23 +1,22 @@
-"""The reconciler daemon's window reads on a real PostgreSQL give exactly what FakeStore gives.
+"""The reconciler daemon's window reads on a real PostgreSQL give exactly what FakeStore
+gives, on a large shuffled history with many ties; the reads' indexes and their cost.
 
-``pg_dsn`` (tests/conftest.py) gives each test a fresh, empty database; the read-only
-comparisons share one database (``both``), loaded once.
+The reads' hand-checked cases are the contract suite (tests/store_contract.py), which
+test_store_contract_pg.py runs over PostgresStore. ``pg_dsn`` (tests/conftest.py) gives
+each test a fresh, empty database; the read-only comparisons share one (``both``), loaded
+once.
 """
 
 from __future__ import annotations
 
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from slurm_ml.store import (
     AuditEntry,
@@ -27,7 +26,6 @@ from slurm_ml.store import (
     PostgresStore,
     ReconcilerDecision,
     Record,
-    SpoolingStore,
     Store,
     UtilSample,
     migrate,
@@ -130,25 +128,15 @@ def store(pg_dsn: str) -> Iterator[PostgresStore]:
 
 
 @pytest.fixture(scope="module")
-def both(admin_dsn: str) -> Iterator[tuple[PostgresStore, FakeStore]]:
+def both(pg_module_dsn: str) -> Iterator[tuple[PostgresStore, FakeStore]]:
     """One database holding ``history()`` for the read-only tests of this module."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(create)
-    try:
-        dsn = make_conninfo(admin_dsn, dbname=name)
-        migrate(dsn)
-        fake = FakeStore()
-        with PostgresStore(dsn) as pg:
-            for r in history():
-                write_record(pg, r)
-                write_record(fake, r)
-            yield pg, fake
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(drop)
+    migrate(pg_module_dsn)
+    fake = FakeStore()
+    with PostgresStore(pg_module_dsn) as pg:
+        for r in history():
+            write_record(pg, r)
+            write_record(fake, r)
+        yield pg, fake
 
 
 Read = Callable[[Store], Any]
@@ -212,34 +200,6 @@ def test_results_are_oldest_first_and_health_keeps_the_newest(
     assert newest == list(reversed(pg.recent_health_events(since=at(-60), limit=10)))
 
 
-def test_ties_go_to_the_earlier_insert(store: PostgresStore) -> None:
-    fake = FakeStore()
-    records: list[Record] = [
-        UtilSample(
-            idempotency_key=f"tie{i}",
-            job_id=7,
-            node="gpu01",
-            gpu_index=i,
-            sampled_at=T0,
-            util_pct=0.0,
-            mem_used_mb=1,
-        )
-        for i in (3, 1, 2)
-    ]
-    for r in records:
-        write_record(store, r)
-        write_record(fake, r)
-    assert store.util_samples_since(T0, [7]) == fake.util_samples_since(T0, [7]) == records
-
-
-def test_empty_database(store: PostgresStore) -> None:
-    assert store.util_samples_since(T0) == []
-    assert store.decisions_since(T0, ["requeue"]) == []
-    assert store.job_gpu_stats_since(T0) == []
-    assert store.audit_by_keys(["a"]) == {}
-    assert store.health_events_since(T0) == []
-
-
 def test_job_gpu_stats_since_has_its_index(store: PostgresStore, pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         conn.execute("SET enable_seqscan = off")
@@ -263,13 +223,3 @@ def test_one_query_reads_ten_thousand_jobs_samples(store: PostgresStore, pg_dsn:
     assert time.monotonic() - started < 2.0
 
 
-def test_spooling_store_reads_pass_through_to_postgres(
-    both: tuple[PostgresStore, FakeStore], tmp_path: Path
-) -> None:
-    pg, fake = both
-    spooling = SpoolingStore(pg, tmp_path)
-    assert spooling.util_samples_since(T0, [2]) == fake.util_samples_since(T0, [2])
-    assert spooling.decisions_since(T0, ["requeue"]) == fake.decisions_since(T0, ["requeue"])
-    assert spooling.job_gpu_stats_since(T0) == fake.job_gpu_stats_since(T0)
-    assert spooling.audit_by_keys(ALL_AUDIT_KEYS[:9]) == fake.audit_by_keys(ALL_AUDIT_KEYS[:9])
-    assert spooling.health_events_since(T0, limit=5) == fake.health_events_since(T0, limit=5)

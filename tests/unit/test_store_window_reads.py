@@ -1,220 +1,53 @@
-"""The reconciler daemon's window reads on FakeStore, SpoolingStore and OfflineStore.
+"""The reconciler daemon's window reads: refused arguments and unavailable stores on every
+kind of store, what only FakeStore's outage knob shows, and properties.
 
-``tests/integration/test_store_window_reads_pg.py`` checks that PostgresStore gives
-the same answers on the same records.
+Which records each read returns, and in what order, is the contract suite
+(tests/store_contract.py: ``WINDOW_READS``), run over FakeStore and PostgresStore.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import T0, at, audit_entry, health_event, store_with, util_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_contract import WINDOW_RECORDS
 
 from slurm_ml.store import (
     AuditEntry,
     FakeStore,
-    HealthEvent,
-    JobGpuStats,
     OfflineStore,
     PostgresStore,
-    ReconcilerDecision,
     Record,
     SpoolingStore,
     Store,
     StoreUnavailable,
     UtilSample,
-    write_record,
 )
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-PLUS5 = timezone(timedelta(hours=5))
 
-
-def at(minutes: int) -> datetime:
-    return T0 + timedelta(minutes=minutes)
-
-
-def sample(key: str, job_id: int, minutes: int) -> UtilSample:
-    return UtilSample(
-        idempotency_key=key,
-        job_id=job_id,
-        node="gpu01",
-        gpu_index=0,
-        sampled_at=at(minutes),
-        util_pct=0.5,
-        mem_used_mb=2048,
-    )
-
-
-def decision(key: str, kind: str, minutes: int, *, dry_run: bool = False) -> ReconcilerDecision:
-    return ReconcilerDecision(
-        idempotency_key=key,
-        cycle=minutes + 100,
-        job_id=7,
-        kind=kind,
-        reason="why",
-        decided_at=at(minutes),
-        dry_run=dry_run,
-    )
-
-
-def stats(key: str, minutes: int) -> JobGpuStats:
-    return JobGpuStats(
-        idempotency_key=key,
-        job_id=1,
-        job_name="train",
-        user="alice",
-        account="nlp",
-        node="gpu01",
-        gpu_index=0,
-        peak_mem_mb=1,
-        mean_util_pct=50.0,
-        ended_at=at(minutes),
-    )
-
-
-def audit(key: str, minutes: int) -> AuditEntry:
-    return AuditEntry(
-        idempotency_key=key,
-        actor="slurm-ml daemon",
-        action="requeue",
-        target="job 7",
-        at=at(minutes),
-        details={"phase": "intent"},
-    )
-
-
-def event(key: str, check_id: str, minutes: int, node: str = "gpu01") -> HealthEvent:
-    return HealthEvent(
-        idempotency_key=key,
-        node=node,
-        check_id=check_id,
-        severity="drain",
-        message="",
-        observed_at=at(minutes),
-    )
-
-
-# Written in this order: ties on the time column go to the earlier insert, and the
-# records before T0 (minute -5) are never in a window that starts at T0.
-RECORDS: list[Record] = [
-    sample("u1", 7, 0),
-    sample("u2", 8, 5),
-    sample("u3", 7, 5),
-    sample("u4", 9, 10),
-    sample("u0", 7, -5),
-    sample("u5", 8, 3),
-    decision("d1", "requeue", 0),
-    decision("d2", "zombie_warn", 5),
-    decision("d3", "requeue", 5, dry_run=True),
-    decision("d4", "site_factor", 1),
-    decision("d0", "requeue", -5),
-    stats("s1", 10),
-    stats("s2", 0),
-    stats("s3", 10),
-    stats("s0", -5),
-    audit("a1", 0),
-    audit("a2", 5),
-    audit("a0", -5),
-    event("h1", "process.orphan", 0, node="gpu02"),
-    event("h2", "xid", 5),
-    event("h3", "process.orphan", 5),
-    event("h4", "process.orphan", 10, node="gpu03"),
-    event("h0", "process.orphan", -5),
-    event("h5", "nvlink", 2),
-]
-
-
-def store_with(records: list[Record] = RECORDS) -> FakeStore:
-    fake = FakeStore()
-    for r in records:
-        write_record(fake, r)
-    return fake
-
-
-def keys(result: list[Any] | dict[str, Any]) -> list[str]:
-    if isinstance(result, dict):
-        return sorted(result)
-    return [r.idempotency_key for r in result]
+def window_store() -> FakeStore:
+    return store_with(WINDOW_RECORDS)
 
 
 Read = Callable[[Store], list[Any] | dict[str, Any]]
-
-# (read, expected idempotency keys in the order returned; audit_by_keys: sorted keys)
-READS: list[Any] = [
-    pytest.param(lambda s: s.util_samples_since(T0), ["u1", "u5", "u2", "u3", "u4"], id="util-all"),
-    pytest.param(lambda s: s.util_samples_since(at(5)), ["u2", "u3", "u4"], id="util-since-inclusive"),
-    pytest.param(lambda s: s.util_samples_since(at(5).astimezone(PLUS5)), ["u2", "u3", "u4"], id="util-since-other-zone"),
-    pytest.param(lambda s: s.util_samples_since(at(11)), [], id="util-since-after-all"),
-    pytest.param(lambda s: s.util_samples_since(at(-60)), ["u0", "u1", "u5", "u2", "u3", "u4"], id="util-since-before-all"),
-    pytest.param(lambda s: s.util_samples_since(T0, [7]), ["u1", "u3"], id="util-one-job"),
-    pytest.param(lambda s: s.util_samples_since(T0, {7, 9}), ["u1", "u3", "u4"], id="util-set-of-jobs"),
-    pytest.param(lambda s: s.util_samples_since(T0, (7, 7, 404)), ["u1", "u3"], id="util-repeats-and-unknown"),
-    pytest.param(lambda s: s.util_samples_since(T0, range(8, 10)), ["u5", "u2", "u4"], id="util-range"),
-    pytest.param(lambda s: s.util_samples_since(T0, []), [], id="util-no-jobs"),
-    pytest.param(lambda s: s.decisions_since(T0), ["d1", "d4", "d2", "d3"], id="decisions-all"),
-    pytest.param(lambda s: s.decisions_since(T0, ["requeue"]), ["d1", "d3"], id="decisions-kind"),
-    pytest.param(lambda s: s.decisions_since(T0, ("requeue", "zombie_warn")), ["d1", "d2", "d3"], id="decisions-kinds"),
-    pytest.param(lambda s: s.decisions_since(at(-5), ["requeue"]), ["d0", "d1", "d3"], id="decisions-since-inclusive"),
-    pytest.param(lambda s: s.decisions_since(T0, ["Requeue"]), [], id="decisions-kind-is-case-sensitive"),
-    pytest.param(lambda s: s.decisions_since(T0, set()), [], id="decisions-no-kinds"),
-    pytest.param(lambda s: s.job_gpu_stats_since(T0), ["s2", "s1", "s3"], id="stats-all"),
-    pytest.param(lambda s: s.job_gpu_stats_since(at(10)), ["s1", "s3"], id="stats-since-inclusive"),
-    pytest.param(lambda s: s.job_gpu_stats_since(at(10) + timedelta(microseconds=1)), [], id="stats-since-just-after"),
-    pytest.param(lambda s: s.audit_by_keys(["a1", "a0", "missing"]), ["a0", "a1"], id="audit-some-keys"),
-    pytest.param(lambda s: s.audit_by_keys({"a2": 1}.keys()), ["a2"], id="audit-dict-keys"),
-    pytest.param(lambda s: s.audit_by_keys(frozenset({"nope"})), [], id="audit-no-match"),
-    pytest.param(lambda s: s.audit_by_keys([]), [], id="audit-no-keys"),
-    pytest.param(lambda s: s.audit_by_keys(["u1", "d1"]), [], id="audit-keys-of-other-tables"),
-    pytest.param(lambda s: s.health_events_since(T0), ["h1", "h5", "h2", "h3", "h4"], id="health-all"),
-    pytest.param(lambda s: s.health_events_since(T0, ["process.orphan"]), ["h1", "h3", "h4"], id="health-check"),
-    pytest.param(lambda s: s.health_events_since(at(-5), ["process.orphan", "xid"]), ["h0", "h1", "h2", "h3", "h4"], id="health-checks"),
-    pytest.param(lambda s: s.health_events_since(T0, limit=2), ["h3", "h4"], id="health-limit-keeps-newest"),
-    pytest.param(lambda s: s.health_events_since(T0, ["process.orphan", "xid"], limit=3), ["h2", "h3", "h4"], id="health-limit-with-checks"),
-    pytest.param(lambda s: s.health_events_since(T0, limit=0), [], id="health-limit-zero"),
-    pytest.param(lambda s: s.health_events_since(T0, []), [], id="health-no-checks"),
-]
-
-
-@pytest.mark.parametrize(("read", "expected"), READS)
-def test_fake_window_reads(read: Read, expected: list[str]) -> None:
-    assert keys(read(store_with())) == expected
-
-
-@pytest.mark.parametrize(("read", "expected"), READS)
-def test_spooling_store_reads_through(read: Read, expected: list[str], tmp_path: Path) -> None:
-    fake = FakeStore()
-    spooling = SpoolingStore(fake, tmp_path)
-    for r in RECORDS:
-        write_record(spooling, r)
-    assert read(spooling) == read(fake)
-    assert keys(read(spooling)) == expected
-
-
-def test_reads_return_the_records_written() -> None:
-    fake = store_with()
-    assert fake.util_samples_since(T0, [9]) == [sample("u4", 9, 10)]
-    assert fake.decisions_since(at(5), ["zombie_warn"]) == [decision("d2", "zombie_warn", 5)]
-    assert fake.job_gpu_stats_since(at(10)) == [stats("s1", 10), stats("s3", 10)]
-    assert fake.audit_by_keys(["a2"]) == {"a2": audit("a2", 5)}
-    assert fake.health_events_since(at(10)) == [event("h4", "process.orphan", 10, node="gpu03")]
 
 
 def test_spooled_records_are_not_read_until_drained(tmp_path: Path) -> None:
     fake = FakeStore()
     spooling = SpoolingStore(fake, tmp_path)
     fake.set_available(False)
-    spooling.audit(audit("a1", 0))
+    spooling.audit(audit_entry("a1"))
     fake.set_available(True)
     assert spooling.has_pending()
     assert spooling.audit_by_keys(["a1"]) == {}
     spooling.drain()
-    assert spooling.audit_by_keys(["a1"]) == {"a1": audit("a1", 0)}
+    assert spooling.audit_by_keys(["a1"]) == {"a1": audit_entry("a1")}
 
 
 # --- refused arguments: the same in every store, before any query ---
@@ -239,8 +72,8 @@ BAD_ARGS: list[Any] = [
 ]
 
 STORES: list[Any] = [
-    pytest.param(lambda _: store_with(), id="fake"),
-    pytest.param(lambda d: SpoolingStore(store_with(), d), id="spooling"),
+    pytest.param(lambda _: window_store(), id="fake"),
+    pytest.param(lambda d: SpoolingStore(window_store(), d), id="spooling"),
     pytest.param(lambda _: OfflineStore(), id="offline"),
     # never connects: the arguments are refused first
     pytest.param(lambda _: PostgresStore("postgresql://u:pw@127.0.0.1:1/x"), id="postgres"),
@@ -282,7 +115,7 @@ EMPTY_FILTERS: list[Any] = [
 
 
 def down_fake(_: Path) -> Store:
-    fake = store_with()
+    fake = window_store()
     fake.set_available(False)
     return fake
 
@@ -330,11 +163,11 @@ CHECKS = st.sampled_from(["xid", "nvlink", "process.orphan"])
 def histories(draw: st.DrawFn) -> list[Record]:
     out: list[Record] = []
     for i, (job, minute) in enumerate(draw(st.lists(st.tuples(JOBS, MINUTES), max_size=25))):
-        out.append(sample(f"u{i}", job, minute))
+        out.append(util_sample(f"u{i}", job_id=job, minutes=minute))
     for i, (check, minute) in enumerate(draw(st.lists(st.tuples(CHECKS, MINUTES), max_size=25))):
-        out.append(event(f"h{i}", check, minute, node=f"gpu0{i % 3}"))
+        out.append(health_event(f"h{i}", check_id=check, minutes=minute, node=f"gpu0{i % 3}"))
     for i, minute in enumerate(draw(st.lists(MINUTES, max_size=10))):
-        out.append(audit(f"a{i}", minute))
+        out.append(audit_entry(f"a{i}", minutes=minute))
     return out
 
 
