@@ -9,9 +9,11 @@ directory (pytest puts ``tests/``, the home of the root conftest.py, on ``sys.pa
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from slurm_ml.health.snapshot import NOT_SUPPORTED, EccCounts, Gpu, NvLink, RemappedRows
 from slurm_ml.model import ALLOC_QOS, Node
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.store import (
@@ -147,3 +149,28 @@ def waiting_job(job_id: int, *, submit: int, **fields: Any) -> WaitingJob:
                             "billing_gpus": float(gpus), "submit": submit,
                             "reason": "Resources", "order": 0}
     return WaitingJob(**(base | fields))
+
+
+# --------------------------------------------------------------- GPU snapshots
+
+
+def bus(i: int) -> str:
+    """GPU ``i``'s PCI bus id, normalised as NVML gives it (GPU 0 on bus 0x07)."""
+    return f"00000000:{0x07 + 0x10 * i:02X}:00.0"
+
+
+def nvlinks(n: int = 12, *, active: Any = True, **counters: Any) -> tuple[NvLink, ...]:
+    """``n`` NVLinks, all ``active``, with error counters 0 unless given."""
+    base = {"replay_errors": 0, "recovery_errors": 0, "crc_errors": 0} | counters
+    return tuple(NvLink(link=k, active=active, **base) for k in range(n))
+
+
+def a100(i: int = 0, **changes: Any) -> Gpu:
+    """A healthy A100 SXM as NVML reports it: remapping, no page retirement, 12 links,
+    no fabric state (pre-Hopper); memory and utilisation not read unless given."""
+    g = Gpu(index=i, uuid=f"GPU-a100-{i}", name="NVIDIA A100-SXM4-80GB", pci_bus_id=bus(i),
+            ecc_enabled=True, ecc=EccCounts(0, 0, 0, 0),
+            remapped_rows=RemappedRows(0, 0, False, False), retired_pages=NOT_SUPPORTED,
+            nvlinks=nvlinks(12), fabric_state=NOT_SUPPORTED, fabric_status=NOT_SUPPORTED,
+            pcie_width_current=16, pcie_width_max=16, mig_enabled=False, processes=())
+    return replace(g, **changes)

@@ -9,19 +9,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from builders import slurm_node
+from builders import a100 as healthy_a100
+from builders import nvlinks, slurm_node
 
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe_replay import ReplayProbe
-from slurm_ml.health.snapshot import (
-    NOT_SUPPORTED,
-    EccCounts,
-    Gpu,
-    GpuProcess,
-    NodeSnapshot,
-    NvLink,
-    RemappedRows,
-)
+from slurm_ml.health.snapshot import Gpu, GpuProcess, NodeSnapshot
 from slurm_ml.slurm.fake import FakeSlurm
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
@@ -33,23 +26,11 @@ def later(minutes: float) -> datetime:
     return NOW + timedelta(minutes=minutes)
 
 
-def bus(i: int) -> str:
-    return f"00000000:{0x07 + 0x10 * i:02X}:00.0"
-
-
-def links(n: int = 12, *, active: bool = True) -> tuple[NvLink, ...]:
-    return tuple(NvLink(link=k, active=active, replay_errors=0, recovery_errors=0,
-                        crc_errors=0) for k in range(n))
-
-
 def a100(i: int, **changes: Any) -> Gpu:
-    g = Gpu(index=i, uuid=f"GPU-a100-{i}", name="NVIDIA A100-SXM4-80GB", pci_bus_id=bus(i),
-            memory_total_mb=81920, memory_used_mb=0, ecc_enabled=True,
-            ecc=EccCounts(0, 0, 0, 0), remapped_rows=RemappedRows(0, 0, False, False),
-            retired_pages=NOT_SUPPORTED, nvlinks=links(12), fabric_state=NOT_SUPPORTED,
-            fabric_status=NOT_SUPPORTED, pcie_width_current=16, pcie_width_max=16,
-            utilization_gpu_pct=0.0, mig_enabled=False, processes=())
-    return replace(g, **changes)
+    """A healthy A100 (builders.a100) with its memory and utilisation read, as the hooks
+    record them."""
+    read = {"memory_total_mb": 81920, "memory_used_mb": 0, "utilization_gpu_pct": 0.0}
+    return healthy_a100(i, **(read | changes))
 
 
 def snapshot(node: str = "gpu03", n: int = 8, **per_gpu: Any) -> NodeSnapshot:
@@ -62,7 +43,7 @@ def snapshot(node: str = "gpu03", n: int = 8, **per_gpu: Any) -> NodeSnapshot:
 
 def nvlink_down(node: str = "gpu03", gpu: int = 3) -> NodeSnapshot:
     snap = snapshot(node)
-    down = links(12, active=False)
+    down = nvlinks(12, active=False)
     return replace(snap, gpus=tuple(replace(g, nvlinks=down) if g.index == gpu else g
                                     for g in snap.gpus))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import a100, bus, nvlinks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,28 +52,8 @@ TH = Thresholds()
 # ---------------------------------------------------------------- factories
 
 
-def bus(i: int) -> str:
-    return f"00000000:{0x07 + 0x10 * i:02X}:00.0"
-
-
-def links(n: int, *, active: Any = True, **counters: Any) -> tuple[NvLink, ...]:
-    base = {"replay_errors": 0, "recovery_errors": 0, "crc_errors": 0} | counters
-    return tuple(NvLink(link=k, active=active, **base) for k in range(n))
-
-
-def a100(i: int = 0, **changes: Any) -> Gpu:
-    """A healthy A100 SXM as NVML reports it: remapping, no page retirement, 12 links,
-    no fabric state (pre-Hopper)."""
-    g = Gpu(index=i, uuid=f"GPU-a100-{i}", name="NVIDIA A100-SXM4-80GB", pci_bus_id=bus(i),
-            ecc_enabled=True, ecc=EccCounts(0, 0, 0, 0),
-            remapped_rows=RemappedRows(0, 0, False, False), retired_pages=NOT_SUPPORTED,
-            nvlinks=links(12), fabric_state=NOT_SUPPORTED, fabric_status=NOT_SUPPORTED,
-            pcie_width_current=16, pcie_width_max=16, mig_enabled=False, processes=())
-    return replace(g, **changes)
-
-
 def h100(i: int = 0, **changes: Any) -> Gpu:
-    g = a100(i, uuid=f"GPU-h100-{i}", name="NVIDIA H100 80GB HBM3", nvlinks=links(18),
+    g = a100(i, uuid=f"GPU-h100-{i}", name="NVIDIA H100 80GB HBM3", nvlinks=nvlinks(18),
              fabric_state="Completed", fabric_status="Success")
     return replace(g, **changes)
 
@@ -348,16 +329,16 @@ def unknown_links(n_unknown: int, n_up: int, n_down: int = 0) -> tuple[NvLink, .
 NVLINK: Cases = {
     "one-link-down": (with_links(node(), 6, l3={"active": False}), {},
                       [("nvlink.active_links", DRAIN, 6)]),
-    "all-down": (with_gpu(node(), 6, nvlinks=links(12, active=False)), {},
+    "all-down": (with_gpu(node(), 6, nvlinks=nvlinks(12, active=False)), {},
                  [("nvlink.active_links", DRAIN, 6)]),
     "none-enumerated": (with_gpu(node(), 6, nvlinks=()), {}, [("nvlink.active_links", DRAIN, 6)]),
     "not-supported-where-expected": (with_gpu(node(), 6, nvlinks=NOT_SUPPORTED), {},
                                      [("nvlink.active_links", DRAIN, 6)]),
     "not-supported-under-mig": (with_gpu(node(), 6, nvlinks=NOT_SUPPORTED, mig_enabled=True),
                                 {}, []),
-    "more-than-expected": (with_gpu(node(), 6, nvlinks=links(18)), {}, []),
+    "more-than-expected": (with_gpu(node(), 6, nvlinks=nvlinks(18)), {}, []),
     "unsupported-link-slots-ignored": (
-        with_gpu(node(), 6, nvlinks=links(12) + tuple(NvLink(k, NOT_SUPPORTED)
+        with_gpu(node(), 6, nvlinks=nvlinks(12) + tuple(NvLink(k, NOT_SUPPORTED)
                                                       for k in range(12, 18))), {}, []),
     "none": (with_gpu(node(), 6, nvlinks=None), {}, [(MISSING, FLAG, 6)]),
     "states-unread": (with_gpu(node(), 6, nvlinks=unknown_links(12, 0)), {}, [(MISSING, FLAG, 6)]),
@@ -377,7 +358,7 @@ def test_nvlink_active_links(snap: NodeSnapshot, kw: dict[str, Any], want: list[
 @pytest.mark.parametrize(("nvlinks", "exp"), [
     pytest.param(NOT_SUPPORTED, V100, id="pcie-card-not-supported"),
     pytest.param(None, V100, id="pcie-card-not-read"),
-    pytest.param(links(4, active=False), V100, id="pcie-card-bridge-down-not-expected"),
+    pytest.param(nvlinks(4, active=False), V100, id="pcie-card-bridge-down-not-expected"),
 ])
 def test_nvlink_not_expected_is_not_checked(nvlinks: Any, exp: Expectations) -> None:
     snap = with_gpu(node(v100, 4, cell=None), 0, nvlinks=nvlinks)
@@ -385,7 +366,7 @@ def test_nvlink_not_expected_is_not_checked(nvlinks: Any, exp: Expectations) -> 
 
 
 def test_nvlink_detail_and_evidence() -> None:
-    (f,) = run(with_gpu(node(), 6, nvlinks=links(12, active=False)))
+    (f,) = run(with_gpu(node(), 6, nvlinks=nvlinks(12, active=False)))
     assert f.detail == "0/12 active"
     assert f.evidence["inactive"] == list(range(12))
     assert f.evidence["uuid"] == "GPU-a100-6" and f.evidence["pci_bus_id"] == bus(6)
@@ -470,10 +451,10 @@ NVLINK_ERRORS: Cases = {
     "severity-configurable": (counters(l0={"replay_errors": 1}),
                               {"previous": BASE, "th": Thresholds(nvlink_errors=AFTER)},
                               [("nvlink.errors", AFTER, 3)]),
-    "counters-unread": (with_gpu(BASE, 3, nvlinks=links(12, replay_errors=None,
+    "counters-unread": (with_gpu(BASE, 3, nvlinks=nvlinks(12, replay_errors=None,
                                                         recovery_errors=None, crc_errors=None)),
                         {"previous": BASE}, [(MISSING, FLAG, 3)]),
-    "counters-not-supported": (with_gpu(BASE, 3, nvlinks=links(12, crc_errors=NOT_SUPPORTED)),
+    "counters-not-supported": (with_gpu(BASE, 3, nvlinks=nvlinks(12, crc_errors=NOT_SUPPORTED)),
                                {"previous": BASE}, []),
     "previous-not-read": (BASE, {"previous": with_gpu(BASE, 3, nvlinks=None)},
                           [(MISSING, FLAG, 3)]),
@@ -824,7 +805,7 @@ def test_drain_reason_errors() -> None:
 
 
 def test_drain_reason_from_real_findings() -> None:
-    r = drain_reason(run(with_gpu(node(), 6, nvlinks=links(12, active=False))))
+    r = drain_reason(run(with_gpu(node(), 6, nvlinks=nvlinks(12, active=False))))
     assert r == "slurm-ml: nvlink.active_links gpu6 (0/12 active)"
     r = drain_reason(run(xids(xid(79, gpu=None, bus_id="PCI:0000:ff:00"))))
     assert r == "slurm-ml: xid.79 (Xid 79 x1)"
