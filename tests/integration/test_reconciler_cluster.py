@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from slurm_ml.store.records import UtilSample, derive_key
 # daemon cycles of up to 180 s: more than the 300 s default.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "conf" / "slurm-ml.yaml"
+CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 PAUSED_DAEMON = Path(__file__).with_name("paused_daemon.py")
 
@@ -61,10 +61,16 @@ def sprio_site(job_ids: list[int]) -> dict[int, int]:
     return {int(a): int(b) for a, b in (line.split() for line in out.splitlines() if line)}
 
 
+def with_dsn(dsn: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a slurm-ml process given ``dsn``: like the installed services,
+    it reads $SLURM_ML_DSN, never --dsn (a command line shows the password in ps)."""
+    return {**(os.environ if env is None else env), "SLURM_ML_DSN": dsn}
+
+
 def daemon(cfg: Path, dsn: str, *args: str, env: dict[str, str] | None = None,
            check: bool = True) -> dict[str, Any]:
-    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", dsn, "--once",
-                    "--json", *args], check=False, timeout_s=180, env=env)
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once",
+                    "--json", *args], check=False, timeout_s=180, env=with_dsn(dsn, env))
     if check:
         assert res.returncode == 0, res.stderr[-3000:]
     data: dict[str, Any] = json.loads(res.stdout)
@@ -204,13 +210,13 @@ def test_under_served_program_ranks_first_in_sprio_and_budget_status(
     long = proc.run(["sprio", "-l", "-j", str(queued["vision"])]).stdout
     assert str(site[queued["vision"]]) in long
     status = proc.run([SLURM_ML, "budget", "status", "--config", str(cfgs["rank"]),
-                       "--dsn", dsn, "--json"], timeout_s=120)
+                       "--json"], timeout_s=120, env=with_dsn(dsn))
     data = json.loads(status.stdout)
     order = [(r["account"], r["user"]) for r in data["ranking"]]
     assert order.index(("detection", "dave")) < order.index(("llm-pretrain", "alice")), order
     png = tmp_path / "budget.png"
-    proc.run([SLURM_ML, "budget", "status", "--config", str(cfgs["rank"]), "--dsn", dsn,
-              "--plot", str(png)], timeout_s=120)
+    proc.run([SLURM_ML, "budget", "status", "--config", str(cfgs["rank"]),
+              "--plot", str(png)], timeout_s=120, env=with_dsn(dsn))
     assert png.read_bytes()[:4] == b"\x89PNG"
     by_acct = {r["account"]: r for r in data["nodes"] if r["kind"] == "program"}
     assert by_acct["nlp"]["budget_share"] == 0.7
@@ -222,7 +228,7 @@ def test_under_served_program_ranks_first_in_sprio_and_budget_status(
     # no requeue budget in this config: nothing was requeued
     assert cycle["counts"]["applied"] == 0, cycle
     why = proc.run([SLURM_ML, "why", str(queued["vision"]), "--config", str(cfgs["rank"]),
-                    "--dsn", dsn, "--json"], timeout_s=120)
+                    "--json"], timeout_s=120, env=with_dsn(dsn))
     answer = json.loads(why.stdout)
     assert answer["priority"]["site"] == site[queued["vision"]]
     assert answer["budget"]["association"]["rank"] == 1
@@ -254,7 +260,7 @@ def test_resumable_over_served_job_is_requeued_for_the_starved_one(
     wait_state(queued["vision"], {"RUNNING", "CONFIGURING"}, timeout_s=90)
 
     why = proc.run([SLURM_ML, "why", str(workload["resumable"]), "--config",
-                    str(cfgs["act"]), "--dsn", dsn, "--json"], timeout_s=120)
+                    str(cfgs["act"]), "--json"], timeout_s=120, env=with_dsn(dsn))
     hist = json.loads(why.stdout)["history"]
     assert [(h["kind"], h["dry_run"]) for h in hist] == [("requeue", True), ("requeue", False)]
     hist = hist[1:]
@@ -310,7 +316,7 @@ def test_kill_9_mid_cycle_then_restart_repeats_nothing(
 
     # the real daemon, pausing 60 s after each intent (a test-only wrapper of its entry)
     child = subprocess.Popen([sys.executable, str(PAUSED_DAEMON), "60", "--config",
-                              str(cfgs["act"]), "--dsn", dsn, "--once"],
+                              str(cfgs["act"]), "--once"], env=with_dsn(dsn),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
@@ -350,8 +356,9 @@ def test_runaway_job_is_fixed(cfgs: dict[str, Path], dsn: str, slurm_conf: str,
 
 
 def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
-    leader = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfgs["rank"]), "--dsn", dsn],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    leader = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfgs["rank"])],
+                              env=with_dsn(dsn), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -387,8 +394,8 @@ def test_unreachable_slurm_or_database_means_no_action_and_exit_1(
     assert len(audit_rows(dsn)) == before
 
     no_db = make_conninfo(dsn, port="1", connect_timeout="2")
-    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", no_db, "--once",
-                    "--json"], check=False, timeout_s=120)
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once", "--json"],
+                   check=False, timeout_s=120, env=with_dsn(no_db))
     assert res.returncode == 1, res.stderr
     assert json.loads(res.stdout)["outcome"] == "store_unavailable"
 
@@ -405,7 +412,7 @@ def test_metrics_served_and_sighup_with_a_bad_config_keeps_the_old_one(cfgs: dic
     data["daemon"]["metrics_port"] = port
     cfg = tmp_path / "live.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfg), "--dsn", dsn],
+    child = subprocess.Popen([SLURM_ML, "daemon", "--config", str(cfg)], env=with_dsn(dsn),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(8)

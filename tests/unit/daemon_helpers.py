@@ -19,7 +19,7 @@ from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
 from slurm_ml.store.leader import FakeLeaderLock, FakeLockTable
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 NOW = 1_800_000_000
 HOUR = 3600
 

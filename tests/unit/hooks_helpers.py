@@ -17,7 +17,7 @@ from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import Gpu, GpuProcess, NodeSnapshot
 from slurm_ml.slurm.fake import FakeSlurm
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "slurm-ml.yaml"
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
 CFG: Config = load_config(EXAMPLE_CONFIG)  # a100-80g gpu[01-02], a100-40g gpu[03-04], ...
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
