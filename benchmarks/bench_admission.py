@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
 from slurm_ml.submitd.server import PolicyServer
@@ -105,7 +106,7 @@ def throughput(n: int, workers: int, rounds: int = ROUNDS) -> dict[str, object]:
 
 
 def in_process(requests: int = 20000) -> dict[str, object]:
-    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    cfg = load_config(DEFAULT_CONFIG)
     refresher = StateRefresher(None, cfg)
     users = list(cfg.budgets.user_accounts())
     refresher.current = AdmissionState(

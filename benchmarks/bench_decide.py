@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, NodeClass
 from slurm_ml.policy.fairshare import (
@@ -92,7 +93,7 @@ def rss_mb() -> float:
 def main(runs: int, as_json: bool) -> None:
     rss_start = rss_mb()
     rng = random.Random(5)
-    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    base = load_config(DEFAULT_CONFIG)
     half = PROGRAMS * PROJECTS * USERS // 5  # nodes per class: 2,000 nodes x 8 GPUs
     classes = tuple(
         NodeClass(name=f"syn-{t}", nodes=f"syn[{i * half + 1:04d}-{(i + 1) * half:04d}]",

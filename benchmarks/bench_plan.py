@@ -32,12 +32,12 @@ from bench_decide import (
     PENDING,
     PROGRAMS,
     PROJECTS,
-    REPO,
     RUNNING,
     USERS,
     synthetic_tree,
 )
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.plan import plan_cycle
@@ -54,7 +54,7 @@ def _at(epoch: int) -> datetime:
 
 
 def world(rng: random.Random):  # type: ignore[no-untyped-def]
-    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    base = load_config(DEFAULT_CONFIG)
     half = PROGRAMS * PROJECTS * USERS // 5
     classes = tuple(
         NodeClass(name=f"syn-{t}", nodes=f"syn[{i * half + 1:04d}-{(i + 1) * half:04d}]",

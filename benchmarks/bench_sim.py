@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
 from slurm_ml.sim.engine import SimSettings, simulate
 from slurm_ml.sim.workload import LARGE, SMALL, SimJob
@@ -50,7 +51,7 @@ def philly(days: float | None, gpus: int, demand: float | None) -> tuple[Config,
         trace = scenario.slice_trace(trace, 0.0, days * DAY)
     if demand is not None:
         trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, gpus, demand))
-    cfg = scenario.trace_config(load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml"), trace, gpus,
+    cfg = scenario.trace_config(load_config(DEFAULT_CONFIG), trace, gpus,
                                 traces.default_vc_nodes())
     return cfg, list(trace.jobs), f"real: {trace.description}"
 
@@ -79,7 +80,7 @@ def synthetic(days: float | None, gpus: int) -> tuple[Config, list[SimJob], str]
         jobs.append(SimJob(job_id=len(jobs) + 1, team=team, user=f"u{team}", submit_s=t,
                            gpus=gpus_asked, duration_s=duration,
                            kind=LARGE if gpus_asked > 8 else SMALL))
-    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    base = load_config(DEFAULT_CONFIG)
     nodes = gpus // 8
     classes = tuple(
         NodeClass(f"leaf{i}", f"sim[{i * 32 + 1:03d}-{min(nodes, (i + 1) * 32):03d}]",

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import simulate
@@ -46,7 +47,7 @@ def published() -> tuple[float, float, float]:
 
 
 def run(partitioned: bool, load: float) -> dict[str, Any]:
-    base = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    base = load_config(DEFAULT_CONFIG)
     trace = traces.load_trace("philly")
     vc_nodes = traces.default_vc_nodes()
     gpus = scenario.implied_cluster_gpus(trace, vc_nodes)

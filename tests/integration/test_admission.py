@@ -17,6 +17,7 @@ import pytest
 from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
@@ -27,7 +28,7 @@ from slurm_ml.submitd.client import ask
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 
 
 @pytest.fixture(scope="module")

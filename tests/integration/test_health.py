@@ -23,6 +23,7 @@ from node_restore import node_map, restore_nodes, slurm_ml_cli
 from slurm_jobs import sbatch, show, wait_state
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
@@ -30,7 +31,7 @@ from slurm_ml.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 #: A100 GPU 6 with every NVLink down (Azure HPC health checks' bad_nvlink_status.txt).
 NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 ADMIN_REASON = "admin: test"

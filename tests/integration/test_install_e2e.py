@@ -18,6 +18,7 @@ from node_restore import restore_nodes, slurm_ml_cli
 from slurm_jobs import sbatch, show
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
@@ -26,7 +27,7 @@ from slurm_ml.slurm.client import CliSlurm
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 
 

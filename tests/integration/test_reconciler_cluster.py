@@ -29,6 +29,7 @@ from psycopg.conninfo import make_conninfo
 from slurm_jobs import show, wait_state
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import UtilSample, derive_key
 
@@ -37,7 +38,7 @@ from slurm_ml.store.records import UtilSample, derive_key
 # daemon cycles of up to 180 s: more than the 300 s default.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 PAUSED_DAEMON = Path(__file__).with_name("paused_daemon.py")
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from builders import slurm_node
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, parse_config
 from slurm_ml.daemon.loop import Daemon
 from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
@@ -19,7 +20,7 @@ from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
 from slurm_ml.store.leader import FakeLeaderLock, FakeLockTable
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE = DEFAULT_CONFIG
 NOW = 1_800_000_000
 HOUR = 3600
 

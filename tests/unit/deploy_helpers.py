@@ -6,12 +6,13 @@ import os
 import stat
 from pathlib import Path
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
 from slurm_ml.deploy.bundle import InstallParams
 from slurm_ml.slurm import render
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 
 
 def cfg() -> Config:

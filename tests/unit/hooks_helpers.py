@@ -6,18 +6,18 @@ import threading
 from collections.abc import Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from builders import a100 as healthy_a100
 from builders import nvlinks, slurm_node
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import Gpu, GpuProcess, NodeSnapshot
 from slurm_ml.slurm.fake import FakeSlurm
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE_CONFIG = DEFAULT_CONFIG
 CFG: Config = load_config(EXAMPLE_CONFIG)  # a100-80g gpu[01-02], a100-40g gpu[03-04], ...
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ import yaml
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from jobdesc_helpers import applied, gpu_items, total_gpus
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config, parse_config
 from slurm_ml.policy.admission import decide, recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
@@ -43,7 +43,7 @@ from slurm_ml.submitd.wire import (
     to_request,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE = DEFAULT_CONFIG
 EXAMPLE_DATA: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
 CFG = load_config(EXAMPLE)
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -14,7 +14,6 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
@@ -22,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobdesc_helpers import applied, gpu_items, total_gpus
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
 from slurm_ml.policy.admission import decide, recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
@@ -38,7 +38,7 @@ from slurm_ml.submitd.wire import (
     to_request,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE = DEFAULT_CONFIG
 CFG = load_config(EXAMPLE)
 VIEW = cluster_view(CFG)
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

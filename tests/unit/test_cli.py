@@ -7,10 +7,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+EXAMPLE = str(DEFAULT_CONFIG)
 
 BAD = """
 cluster: {name: x, partitions: [{name: gpu, nodes: "gpu[01-02]", default: true, max_time_min: 60}]}

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+EXAMPLE = str(DEFAULT_CONFIG)
 GPU_DATA = REPO / "data" / "gpu"
 
 

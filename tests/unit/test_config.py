@@ -15,6 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import (
     AdmissionConfig,
     Config,
@@ -32,7 +33,7 @@ from slurm_ml.config import (
 )
 from slurm_ml.model import GpuType
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE = DEFAULT_CONFIG
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 EXAMPLE_DATA: dict[str, Any] = yaml.safe_load(EXAMPLE_TEXT)
 

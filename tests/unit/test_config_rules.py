@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import (
     ConfigError,
     FairshareConfig,
@@ -27,7 +28,7 @@ from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import band, job_site_factor
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = REPO / "slurm_ml" / "share" / "slurm-ml.yaml"
+SHIPPED = DEFAULT_CONFIG
 SHIPPED_DATA: dict[str, Any] = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
 #: Every slurm-ml.yaml the repository ships, each for its own purpose.
 YAMLS = [SHIPPED, REPO / "examples" / "slurm-ml.yaml",

@@ -40,6 +40,7 @@ import pytest
 from click.testing import CliRunner
 from deploy_helpers import make_conf_dir
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 from slurm_ml.submitd.sbatch_args import SbatchParseError, parse_sbatch
 
@@ -419,7 +420,7 @@ def test_live_mapping_names_a_real_integration_test(node_id: str) -> None:
 
 
 def _swap(argv: list[str], scratch: Path, conf_dir: Path | None) -> list[str]:
-    swaps = {"/etc/slurm-ml/slurm-ml.yaml": str(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")}
+    swaps = {"/etc/slurm-ml/slurm-ml.yaml": str(DEFAULT_CONFIG)}
     swaps |= {a: str(REPO) + a.removeprefix("/opt/slurm-ml/src") for a in argv
               if a.startswith("/opt/slurm-ml/src/")}
     if conf_dir is not None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, FairshareConfig, load_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import (
@@ -26,7 +27,7 @@ from slurm_ml.policy.fairshare import (
 from slurm_ml.policy.fairshare.owed import water_fill
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 NOW = 1_800_000_000
 H = 3600
 FS = FairshareConfig()  # max 100000, step 1000, nice_range 500

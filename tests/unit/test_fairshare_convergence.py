@@ -21,12 +21,13 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import FairshareConfig, load_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import Footprint, PendingJob, fair_share, site_factors
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 H = 3600
 START = 1_800_000_000
 CAPACITY = 100.0

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, FairshareConfig, load_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger, fair_share
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 NOW = 1_800_000_000
 H = 3600
 

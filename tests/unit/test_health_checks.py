@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from builders import a100, bus, nvlinks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.health.checks import (
     PREFIX,
@@ -814,7 +814,7 @@ def test_drain_reason_from_real_findings() -> None:
 # ---------------------------------------------------------------- expectations
 
 
-CONF = load_config(Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml")
+CONF = load_config(DEFAULT_CONFIG)
 
 
 @pytest.mark.parametrize(("cls", "want"), [

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.slurm import accounts, render
 
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, str]:
-    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    cfg = load_config(DEFAULT_CONFIG)
     site = render.SiteParams(controller_host="ctl", state_dir="/s", run_dir="/s/run",
                              log_dir="/s/log", gpu_dev_dir="/s/dev", node_addr="127.0.0.1",
                              node_port_base=17001)
@@ -45,7 +46,7 @@ def test_site_slurm_conf_leaves_slurm_mls_settings_to_install(files: dict[str, s
 
 
 def test_billing_weights_and_tres_for_the_include() -> None:
-    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    cfg = load_config(DEFAULT_CONFIG)
     assert render.accounting_tres(cfg) == \
         "gres/gpu,gres/gpu:a100_40g,gres/gpu:a100_80g,gres/gpu:v100"
     assert render.billing_weights(cfg) == \
@@ -62,7 +63,7 @@ def test_gres_and_topology(files: dict[str, str]) -> None:
 
 
 def test_unknown_placeholder_is_a_named_error(tmp_path: Path) -> None:
-    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    cfg = load_config(DEFAULT_CONFIG)
     site = render.SiteParams(controller_host="c", state_dir="/s", run_dir="/r", log_dir="/l",
                              gpu_dev_dir="/d")
     with pytest.raises(render.TemplateError, match="nope"):
@@ -72,7 +73,7 @@ def test_unknown_placeholder_is_a_named_error(tmp_path: Path) -> None:
 
 
 def test_account_plan_adds_only_what_is_missing() -> None:
-    cfg = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+    cfg = load_config(DEFAULT_CONFIG)
     plan = accounts.plan_tree("c", cfg.budgets, [])
     adds = [(c[3], c[4]) for c in plan]
     assert adds[0] == ("account", "ml")

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, NodeClass
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
 from slurm_ml.sim.result import SimResult
 from slurm_ml.sim.workload import DEBUG, LARGE, SimJob
 
-BASE = load_config(Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 
 NodeSpec = tuple[str, str, str, int, str]  # class, nodes, GPU type, GPUs per node, leaf
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
 from slurm_ml.sim.engine import simulate
@@ -17,7 +18,7 @@ from slurm_ml.sim.traces import Trace
 from slurm_ml.sim.workload import SimJob
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 
 
 def two_teams() -> Trace:

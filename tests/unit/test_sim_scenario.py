@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, ConfigError, load_config, parse_config
 from slurm_ml.policy.fairshare import Footprint, capacity_billing_gpus, fair_share
 from slurm_ml.sim.scenario import (
@@ -31,7 +32,7 @@ from slurm_ml.sim.workload import DEBUG, LARGE, SMALL, SimJob
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "slurm_ml" / "data" / "traces"
-BASE = load_config(REPO / "slurm_ml" / "share" / "slurm-ml.yaml")
+BASE = load_config(DEFAULT_CONFIG)
 HOUR = 3600.0
 
 

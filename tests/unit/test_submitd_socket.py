@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.submitd.client import ask
 from slurm_ml.submitd.server import MAX_LINE, Listener, PolicyServer, SubmitdError
 from slurm_ml.submitd.state import StateRefresher
 
-CONFIG = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+CONFIG = DEFAULT_CONFIG
 GPUS16 = {"v": 1, "op": "submit", "job": {"user_name": "bob", "tres_per_job": "gres:gpu:16"}}
 
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from builders import T0, budget_snapshot, job_gpu_stats, store_with
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config, parse_config
 from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AdmissionState, window_capacity_gpu_hours
@@ -23,7 +24,7 @@ from slurm_ml.store import BudgetSnapshot, FakeStore, JobGpuStats
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher, build_state
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml"
+EXAMPLE = DEFAULT_CONFIG
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 CFG = load_config(EXAMPLE)
 #: 2 x 8 x 1.0 + 2 x 8 x 0.8 + 2 x 4 x 0.4 billing GPUs over a 168 h window

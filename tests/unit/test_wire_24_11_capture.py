@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.policy.admission import decide, recorded_min_runtime_min
 from slurm_ml.policy.admission_state import AdmissionState
@@ -18,7 +19,7 @@ from slurm_ml.submitd.sbatch_args import parse_sbatch
 from slurm_ml.submitd.wire import INFINITE, NO_VAL, NO_VAL16, normalize, reply_for, to_request
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures/slurm/24.11/job_submit_fields.txt"
-CFG = load_config(Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "slurm-ml.yaml")
+CFG = load_config(DEFAULT_CONFIG)
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|number:\d+|nil)')
 
