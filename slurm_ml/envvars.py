@@ -34,8 +34,12 @@ class EnvVar:
 #: The variables, most used first. Unset and blank are the same: the default applies.
 VARS: tuple[EnvVar, ...] = (
     EnvVar("SLURM_ML_CONFIG",
-           "slurm-ml.yaml for every command that takes `--config` (the option wins) and "
-           "for the Slurm hooks; `slurm-ml install` writes it into slurm-ml.env",
+           "slurm-ml.yaml when `--config` is not given, for the Slurm hooks (`health "
+           "prolog`, `epilog`, `periodic`), `quarantine`, `daemon`, `budget status`, "
+           "`why`, `sim` and `devcluster container`; `slurm-ml install` writes it into "
+           "slurm-ml.env. "
+           "`submitd`, `submit-check`, `health check` and the other `devcluster` commands "
+           "take only `--config`",
            "`slurm_ml/share/slurm-ml.yaml` shipped in the package (the dev cluster's)"),
     EnvVar("SLURM_ML_DSN",
            "PostgreSQL DSN of slurm-ml's store, for submitd, the daemon, the hooks, "

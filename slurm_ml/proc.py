@@ -139,7 +139,8 @@ def spawn_daemon(
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     try:
+        # Python ignores SIGPIPE and SIGXFSZ; Popen gives a child the defaults back.
         return os.posix_spawnp(argv[0], list(argv), full_env, file_actions=actions,
-                               setsid=True)
+                               setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     except FileNotFoundError as exc:
         raise CommandNotFound(argv, "command not found") from exc

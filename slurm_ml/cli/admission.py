@@ -35,7 +35,7 @@ def _socket_path(value: str | None) -> Path:
 @click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
 @click.option("--group", default=None,
               help="Group that owns the socket (SlurmUser's group); mode is 0660.")
-@click.option("--dsn", default=None, help="PostgreSQL DSN (default store.dsn or $SLURM_ML_DSN).")
+@click.option("--dsn", default=None, help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn).")
 def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | None,
                 dsn: str | None) -> None:
     """Run the admission policy server that job_submit.lua asks (foreground).

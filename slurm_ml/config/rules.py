@@ -32,6 +32,12 @@ size and partition terms add: the sum of their weights.
 
   In particular a band count times the step that reaches ``qos`` is refused.
 
+  Two things this rule cannot see. An alloc job with no SiteFactor yet that a user
+  ``--nice``-d sits at ``qos - nice``: the reconciler adds the nice back only once it
+  pushes a band, a cycle later. And Q = 1 holds only while ``alloc``'s Priority (100) is
+  the highest of the site's QOS: Slurm divides by the highest, so a site QOS above 100
+  shrinks every alloc job's QOS term. Neither is in slurm-ml.yaml to check.
+
 Minimum runtime. ``policy.admission.default_min_runtime_min`` is at most
 ``policy.contracts.min_runtime_cap_min`` (both minutes): a larger default would be cut
 to the cap on every job anyway.

@@ -179,10 +179,12 @@ def parse_env_text(text: str, source: str = "<env file>") -> dict[str, str]:
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise BadInput(f"{source}:{n}: not a VAR=value line: {raw!r}")
         try:
-            words = shlex.split(value)
+            words = shlex.split(value, comments=True)
         except ValueError as exc:
             raise BadInput(f"{source}:{n}: {exc}: {raw!r}") from exc
-        out[name] = " ".join(words)
+        if len(words) > 1:
+            raise BadInput(f"{source}:{n}: a value of several words must be quoted: {raw!r}")
+        out[name] = words[0] if words else ""
     return out
 
 

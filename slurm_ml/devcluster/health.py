@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_ml.assets import checkout_root
 from slurm_ml.config import Config
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.devcluster.platform import DevClusterError
@@ -74,15 +75,19 @@ FAULT_FILE = ".fault"
 HOOK_TIMEOUT_S = 50
 
 
-#: The checkout's real GPU captures (``data/gpu``; origins in ``data/SOURCES.md``). The
-#: wheel does not ship them, so an installed package needs ``$SLURM_ML_GPU_DATA``.
-CHECKOUT_GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
-
-
 def gpu_data_dir() -> Path:
-    """The real captures: ``$SLURM_ML_GPU_DATA``, else the checkout's ``data/gpu``."""
+    """The real captures: ``$SLURM_ML_GPU_DATA``, else the checkout's ``data/gpu`` (origins
+    in ``data/SOURCES.md``). The wheel does not ship them: an installed package without
+    the variable is a DevClusterError saying so."""
     value = env("SLURM_ML_GPU_DATA")
-    return Path(value) if value else CHECKOUT_GPU_DATA
+    if value:
+        return Path(value)
+    root = checkout_root()
+    if root is None:
+        raise DevClusterError("the dev cluster's GPU captures come with a source checkout "
+                              "of slurm-ml (data/gpu); set $SLURM_ML_GPU_DATA to a directory "
+                              "holding them")
+    return root / "data" / "gpu"
 
 
 def healthy_captures(node_class: NodeClass, nvlink_links: int) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
 """The real boundaries of the node hooks, and one function per command.
 
 ``slurm-ml health prolog|epilog|periodic`` and ``slurm-ml quarantine list|resume|reset``
-parse their options in ``cli.py`` and call :func:`connect` and the function of the same
-name here; everything between the command line and the runners is in this module.
+parse their options in ``cli/health.py`` and ``cli/quarantine.py`` and call
+:func:`connect` and the function of the same name here; everything between the command
+line and the runners is in this module.
 
 Where each boundary comes from (first one set wins):
 

@@ -19,7 +19,9 @@ DEFAULT_SOCKET = Path("/run/slurm-ml/submitd.sock")
 
 def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
     """The configured PostgreSQL store, or None (admission then runs without state)."""
-    target = dsn or cfg.store.dsn or env("SLURM_ML_DSN")
+    # The same order as the daemon and the hooks: the environment (slurm-ml.env, which
+    # install writes and systemd's EnvironmentFile reads) before the config file.
+    target = dsn or env("SLURM_ML_DSN") or cfg.store.dsn
     if not target:
         log.warning("no database configured (store.dsn / $SLURM_ML_DSN): admission runs "
                     "without budget standing or GPU memory profiles")

@@ -222,6 +222,8 @@ def test_the_env_file_reads_back_as_it_was_written(tmp_path: Path) -> None:
     assert back["SLURM_ML_DSN"] == "postgresql://u:p%20w'd@h:1/db?x=1 2"
     assert back["SLURM_ML_HOOK_LOG"] == "/var/log/with space.log"
     assert back["SLURM_ML_CONFIG"] == str(p.config_path)
-    for bad in ("no equals sign", "1BAD=x", "OK='unterminated"):
+    assert parse_env_text("A=one # a comment\nB=''\n# only a comment\n") == {"A": "one",
+                                                                              "B": ""}
+    for bad in ("no equals sign", "1BAD=x", "OK='unterminated", "TWO=two words"):
         with pytest.raises(BadInput, match="<env file>:1: "):
             parse_env_text(bad)

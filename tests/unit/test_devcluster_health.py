@@ -105,3 +105,20 @@ def test_hook_env_file_is_private_and_reads_back_in_a_shell(layout: Layout) -> N
     assert {k: seen[k] for k in values} == values
     assert values["SLURM_ML_SHM_DIR"].endswith("/shm/%n")
     assert int(values["SLURM_ML_HOOK_TIMEOUT"]) < 60  # below PrologEpilogTimeout
+
+
+def test_gpu_captures_are_the_checkouts_unless_the_variable_says(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from slurm_ml.devcluster import health as node_health
+    from slurm_ml.devcluster.platform import DevClusterError
+
+    monkeypatch.delenv("SLURM_ML_GPU_DATA", raising=False)
+    repo = Path(__file__).resolve().parents[2]
+    assert node_health.gpu_data_dir() == repo / "data" / "gpu"
+    assert (node_health.gpu_data_dir() / "topo" / "mleng_a100x8_nv12_topo.txt").is_file()
+    monkeypatch.setenv("SLURM_ML_GPU_DATA", str(tmp_path))
+    assert node_health.gpu_data_dir() == tmp_path
+    monkeypatch.delenv("SLURM_ML_GPU_DATA")
+    monkeypatch.setattr(node_health, "checkout_root", lambda: None)  # an installed wheel
+    with pytest.raises(DevClusterError, match=r"set \$SLURM_ML_GPU_DATA"):
+        node_health.gpu_data_dir()

@@ -1,4 +1,4 @@
-"""scripts/gpu-selfcheck, run as a subprocess (through slurm_ml.proc) the way an operator
+"""slurm_ml/share/gpu-selfcheck, run as a subprocess (through slurm_ml.proc) the way an operator
 runs it. This machine has no GPU: the real path must exit 2 with a clear message; the
 cross-check itself runs with ``--fake-nvml`` (FakeNvml from a real capture) against
 real captures given with ``--smi-q``.

@@ -114,7 +114,7 @@ def test_the_wheel_ships_every_asset_with_its_mode(wheel: Path) -> None:
     # Test and trial inputs stay out: the GPU captures (some copyleft), the dev cluster's
     # templates, the examples, the tests.
     assert not [n for n in infos if n.startswith(("data/", "devcluster/", "examples/",
-                                                   "tests/", "conf/"))]
+                                                   "tests/"))]
 
 
 def test_a_fresh_venv_simulates_from_the_packaged_traces(venv: Path, tmp_path: Path) -> None:
