@@ -46,6 +46,16 @@ __all__ = [
 
 _T = TypeVar("_T")
 
+#: policy.admission.unbudgeted: what admission does with a GPU job whose account has no
+#: budget in the tree (an account the site had before slurm-ml, root's own jobs).
+UNBUDGETED_MODES = ("untouched", "free")
+
+
+def _unbudgeted_mode(value: str) -> str | None:
+    if value in UNBUDGETED_MODES:
+        return None
+    return f"must be one of {', '.join(UNBUDGETED_MODES)}, not {value!r}"
+
 
 def knob(default: _T, check: Check[_T] | None = None) -> _T:
     """A defaulted, checked field; its type is the type of the default."""
@@ -144,6 +154,9 @@ class AdmissionConfig:
     leaf_switch_wait_min: float = knob(10.0, ge(0))  # multi-node jobs wait this long for one leaf
     profile_runs: int = knob(20, ge(1))  # last runs of a job name the memory p95 is taken over
     state_refresh_s: float = knob(60.0, gt(0))  # submitd reloads budgets/profiles this often
+    # Jobs of accounts outside the budget tree: "untouched" keeps the QOS Slurm gives them
+    # (shaping still applies); "free" runs them in QOS free, which install grants to all.
+    unbudgeted: str = knob("untouched", _unbudgeted_mode)
 
 
 @dataclass(frozen=True, slots=True)

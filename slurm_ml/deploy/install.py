@@ -35,6 +35,17 @@ KEPT_ACCOUNTS = ("QOS and accounts are kept: deleting them drops the usage histo
                  "slurmdbd keeps for them. An admin who wants them gone runs:")
 
 
+FREE_GRANT_NOTE = (f"policy.admission.unbudgeted is free: jobs of accounts outside the budget "
+                   f"tree run in QOS {FREE_QOS}, so every association may use it (qos+= on "
+                   f"root reaches those that inherit root's QOS list; each one with a list "
+                   f"of its own gets its own qos+=). `slurm-ml uninstall` prints the undo.")
+UNDO_GRANT_NOTE = (f"If install granted QOS {FREE_QOS} to every association "
+                   f"(policy.admission.unbudgeted: free), undo it with the first command "
+                   f"below; an association that got its own qos+={FREE_QOS} loses it when "
+                   f"QOS {FREE_QOS} is deleted (the last command), or with "
+                   f"`sacctmgr modify user|account where ... set qos-={FREE_QOS}`.")
+
+
 def _quiet(_msg: str) -> None:
     return None
 
@@ -71,9 +82,12 @@ def _accounts_plan(cfg: Config, run: SlurmRunner | None) -> AccountsReport:
         st = accounts.read_accounts(run, cfg.cluster.name)
     except SlurmError as exc:
         st = accounts.AccountsState(error=str(exc))
-    cmds = accounts.plan_accounts(st, cfg.cluster.name, cfg.budgets, specs)
+    grant = cfg.policy.admission.unbudgeted == "free"
+    cmds = accounts.plan_accounts(st, cfg.cluster.name, cfg.budgets, specs, grant_free=grant)
+    granting = grant and any(c[-1] == f"qos+={FREE_QOS}" for c in cmds)
+    note = FREE_GRANT_NOTE if granting else ""
     return AccountsReport(reachable=st.reachable, error=st.error,
-                          commands=tuple(tuple(c) for c in cmds))
+                          commands=tuple(tuple(c) for c in cmds), note=note)
 
 
 def next_steps(p: InstallParams) -> tuple[str, ...]:
@@ -152,9 +166,11 @@ def uninstall(conf_dir: Path, *, cfg: Config | None = None, dry_run: bool = Fals
     manifest = state.load_manifest(conf_dir)
     removal: tuple[tuple[str, ...], ...] = ()
     if cfg is not None:
-        removal = tuple(tuple(c) for c in accounts.removal_commands(
-            cfg.cluster.name, cfg.budgets, [ALLOC_QOS, FREE_QOS]))
-    acc = AccountsReport(skipped=True, commands=removal, note=KEPT_ACCOUNTS)
+        removal = tuple(tuple(c) for c in [
+            accounts.revoke_root_qos(cfg.cluster.name),
+            *accounts.removal_commands(cfg.cluster.name, cfg.budgets, [ALLOC_QOS, FREE_QOS])])
+    note = KEPT_ACCOUNTS if cfg is None else f"{UNDO_GRANT_NOTE} {KEPT_ACCOUNTS}"
+    acc = AccountsReport(skipped=True, commands=removal, note=note)
     if manifest is None:
         changes = ChangeSet(notes=(f"slurm-ml is not installed in {conf_dir} "
                                    f"(no {state.manifest_path(conf_dir).name})",))

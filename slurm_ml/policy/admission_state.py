@@ -30,6 +30,8 @@ class AdmissionState:
     standing: Mapping[str, AccountStanding] = field(default_factory=dict)
     #: (user, job name) → p95 peak GPU memory over recent runs, in GB
     profiles_gb: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: user → the default account slurmdbd holds for them (what a job without -A runs under)
+    default_accounts: Mapping[str, str] = field(default_factory=dict)
     loaded_at: datetime | None = None  # None = never loaded (no database yet)
 
 

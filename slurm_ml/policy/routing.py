@@ -1,8 +1,12 @@
 """Budget routing: QOS ``alloc`` (charged, protected from requeue) or ``free``.
 
 ``free`` is uncharged and preemptible; a job lands there when the user asks for no
-protected runtime (``--time-min=0``), when its account has no budget, or when the
-account has used its share of the window.
+protected runtime (``--time-min=0``), or when the account has used its share of the
+window. A job whose account has no budget (an account the site had before slurm-ml,
+root's) lands there with ``policy.admission.unbudgeted: free``; with ``untouched`` (the
+default) admission leaves its QOS to Slurm. The account is the job's ``-A``, else the
+user's default account in slurmdbd (read by submitd), else the first one the budget tree
+gives the user.
 
 The protected runtime (the minimum-runtime contract) is never carried in Slurm's own
 ``time_min``: to Slurm, ``--time-min`` lets the backfill scheduler *lower* the job's
@@ -31,24 +35,50 @@ class Route:
     account: str | None = None
 
 
-def default_account(cfg: Config, user: str) -> str | None:
+def default_account(cfg: Config, user: str,
+                    state: AdmissionState | None = None) -> str | None:
+    """The account a job without -A runs under: slurmdbd's DefaultAccount when submitd
+    read it, else the first account the budget tree gives the user."""
+    known = state.default_accounts.get(user) if state is not None else None
+    if known:
+        return known
     accounts = cfg.budgets.user_accounts().get(user, ())
     return accounts[0] if accounts else None
+
+
+def _account_words(req: JobRequest, account: str | None) -> str:
+    if account is None:
+        return "Your default account (slurm-ml could not read it)"
+    return f"Account {account}" + ("" if req.account else " (your default account)")
+
+
+def _unbudgeted(req: JobRequest, cfg: Config, account: str | None) -> Route | None:
+    """``untouched``: the job keeps the QOS Slurm gives it; None for ``free``."""
+    if cfg.policy.admission.unbudgeted != "untouched":
+        return None
+    qos = f"the QOS you chose ({req.qos})" if req.qos else "its association's default QOS"
+    return Route(account=account, note=(
+        f"{_account_words(req, account)} has no GPU-time budget in slurm-ml, so the job "
+        f"keeps {qos}: it is not charged to a budget and slurm-ml protects none of its "
+        f"runtime. Submit with -A <account> of a budget account to run in QOS {ALLOC_QOS}."))
 
 
 def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
     """Pick alloc/free and the protected runtime for a GPU job."""
     if req.qos and req.qos not in (ALLOC_QOS, FREE_QOS):
         return Route(note=f"QOS {req.qos} is not routed by slurm-ml.")
-    account = req.account or default_account(cfg, req.user)
+    account = req.account or default_account(cfg, req.user, state)
     standing = state.standing.get(account) if account else None
     factor = standing.site_factor if standing else None
     free_note = ""
     budgeted = {name for name, _parent in cfg.budgets.accounts()}
     if account is None or account not in budgeted:
-        free_note = (f"Account {account or '(none)'} has no GPU-time budget, so the job runs "
-                     f"in QOS {FREE_QOS}: uncharged, but preemptible. Ask your PI for a "
-                     f"budget account and submit with -A <account> to get protected time.")
+        kept = _unbudgeted(req, cfg, account)
+        if kept is not None:
+            return kept
+        free_note = (f"{_account_words(req, account)} has no GPU-time budget, so the job "
+                     f"runs in QOS {FREE_QOS}: uncharged, but preemptible. Ask your PI for "
+                     f"a budget account and submit with -A <account> to get protected time.")
     elif req.time_min_min == NO_MIN_RUNTIME:
         free_note = (f"--time-min=0 asks for no protected runtime, so the job runs in QOS "
                      f"{FREE_QOS}: uncharged, but it may be preempted (requeued) at any time.")

@@ -57,10 +57,15 @@ class Assoc:
     account: str
     parent: str
     user: str  # "" for an account association
+    qos: tuple[str, ...] | None = None  # the QOS it may use; None = not read
+
+
+#: ``sacctmgr show assoc format=...`` for :func:`parse_assocs`.
+ASSOC_FORMAT = "format=Account,ParentName,User,QOS"
 
 
 def parse_assocs(text: str) -> list[Assoc]:
-    """Parse ``sacctmgr -n -P show assoc format=Account,ParentName,User``."""
+    """Parse ``sacctmgr -n -P show assoc format=Account,ParentName,User[,QOS]``."""
     out = []
     for line in text.splitlines():
         if not line.strip():
@@ -68,8 +73,63 @@ def parse_assocs(text: str) -> list[Assoc]:
         parts = line.split("|")
         if len(parts) < 3:
             continue
-        out.append(Assoc(parts[0], parts[1], parts[2]))
+        qos = tuple(q for q in parts[3].split(",") if q) if len(parts) > 3 else None
+        out.append(Assoc(parts[0], parts[1], parts[2], qos))
     return out
+
+
+def parse_default_accounts(text: str) -> dict[str, str]:
+    """Parse ``sacctmgr -n -P show user format=User,DefaultAccount`` → {user: account}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        user, _, account = line.strip().partition("|")
+        if user and account:
+            out[user] = account.split("|")[0]
+    return out
+
+
+def grant_root_qos(cluster: str, qos: str = FREE_QOS) -> list[str]:
+    """Add ``qos`` to the root association: every association that inherits its QOS list
+    (one created without ``qos=``) gets it. One with a QOS list of its own does not."""
+    return ["sacctmgr", "-i", "modify", "account", "where", "name=root",
+            f"cluster={cluster}", "set", f"qos+={qos}"]
+
+
+def revoke_root_qos(cluster: str, qos: str = FREE_QOS) -> list[str]:
+    """The undo of :func:`grant_root_qos`."""
+    return ["sacctmgr", "-i", "modify", "account", "where", "name=root",
+            f"cluster={cluster}", "set", f"qos-={qos}"]
+
+
+def plan_qos_grant(cluster: str, existing: Sequence[Assoc],
+                   qos: str = FREE_QOS) -> list[list[str]]:
+    """Let every association use ``qos`` (policy.admission.unbudgeted: free).
+
+    Slurm (checked on 22.05): ``qos+=`` on root reaches the associations that inherit
+    root's QOS list, not those with a list of their own (``qos=normal,long``), so each of
+    those gets its own ``qos+=``. An association counts as having its own list when its
+    list differs from its parent's; a list of its own equal to its parent's is not seen
+    here, and is found by the next ``slurm-ml install`` (the list then still lacks it).
+    Associations whose QOS list was not read, or that have it, are left alone.
+    """
+    by_account = {a.account: a for a in existing if not a.user}
+    root = by_account.get("root")
+    cmds: list[list[str]] = []
+    if root is not None and root.qos is not None and qos not in root.qos:
+        cmds.append(grant_root_qos(cluster, qos))
+    for a in existing:
+        if a.qos is None or qos in a.qos or (a.account == "root" and not a.user):
+            continue
+        parent = by_account.get(a.account if a.user else a.parent)
+        if parent is not None and parent.qos is not None and set(parent.qos) == set(a.qos):
+            continue  # inherits (from root, in the end): the root grant reaches it
+        if a.user:
+            cmds.append(["sacctmgr", "-i", "modify", "user", "where", f"name={a.user}",
+                         f"account={a.account}", f"cluster={cluster}", "set", f"qos+={qos}"])
+        else:
+            cmds.append(["sacctmgr", "-i", "modify", "account", "where", f"name={a.account}",
+                         f"cluster={cluster}", "set", f"qos+={qos}"])
+    return cmds
 
 
 #: The QOS fields slurm-ml sets, in ``sacctmgr show qos format=...`` order.
@@ -181,12 +241,18 @@ class AccountsState:
 
 
 def plan_accounts(
-    state: AccountsState, cluster: str, tree: BudgetTree, qos_specs: Sequence[QosSpec]
+    state: AccountsState, cluster: str, tree: BudgetTree, qos_specs: Sequence[QosSpec],
+    *, grant_free: bool = False,
 ) -> list[list[str]]:
     """Every sacctmgr command that brings slurmdbd in line (the full creation plan when
-    ``state`` is empty)."""
-    return (plan_cluster(cluster, state.clusters) + plan_qos(state.qos, qos_specs)
+    ``state`` is empty). ``grant_free``: every association may use QOS free
+    (:func:`plan_qos_grant`; with no state read, the root grant alone)."""
+    cmds = (plan_cluster(cluster, state.clusters) + plan_qos(state.qos, qos_specs)
             + plan_tree(cluster, tree, state.assocs))
+    if grant_free:
+        cmds += (plan_qos_grant(cluster, state.assocs) if state.assocs
+                 else [grant_root_qos(cluster)])
+    return cmds
 
 
 def read_accounts(run: SlurmRunner, cluster: str) -> AccountsState:
@@ -195,7 +261,7 @@ def read_accounts(run: SlurmRunner, cluster: str) -> AccountsState:
     qos = parse_qos(run(["sacctmgr", "-n", "-P", "show", "qos",
                          "format=Name," + ",".join(QOS_FIELDS)]))
     assocs = parse_assocs(run(["sacctmgr", "-n", "-P", "show", "assoc", f"cluster={cluster}",
-                               "format=Account,ParentName,User"]))
+                               ASSOC_FORMAT]))
     return AccountsState(tuple(clusters), qos, tuple(assocs))
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.slurm import parse
+from slurm_ml.slurm.accounts import parse_default_accounts
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
 from slurm_ml.slurm.priority import SPRIO_FORMAT, PriorityParts, parse_sprio, pick_parts
@@ -183,6 +184,10 @@ class CliSlurm:
         if ids:
             self.run(["sacctmgr", "-i", "show", "runawayjobs"])
         return ids
+
+    def default_accounts(self) -> dict[str, str]:
+        return parse_default_accounts(
+            self.run(["sacctmgr", "-n", "-P", "show", "user", "format=User,DefaultAccount"]))
 
 
 def _sacct_time(epoch: int) -> str:

@@ -35,6 +35,8 @@ class FakeSlurm:
         self.jobs: dict[int, Job] = {}
         self.usage: list[JobUsage] = []
         self.runaway: set[int] = set()
+        #: user → DefaultAccount, for default_accounts() (sacctmgr show user)
+        self.user_default_accounts: dict[str, str] = {}
         #: Weighted priority factors per job (PriorityParts field -> value), for sprio.
         self.factors: dict[int, dict[str, int]] = {}
         self.calls: list[tuple[str, ...]] = []
@@ -213,3 +215,7 @@ class FakeSlurm:
         fixed = self.list_runaway_jobs()
         self.runaway.difference_update(fixed)
         return fixed
+
+    def default_accounts(self) -> dict[str, str]:
+        self._call("sacctmgr", "show", "user")
+        return dict(self.user_default_accounts)

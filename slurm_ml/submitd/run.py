@@ -7,6 +7,8 @@ from pathlib import Path
 
 from slurm_ml.config import Config
 from slurm_ml.envvars import env
+from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.protocol import Store
@@ -37,7 +39,9 @@ def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path,
                 group: str | None = None, dsn: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT."""
     store = open_store(cfg, dsn)
-    refresher = StateRefresher(store, cfg)
+    # slurmdbd's default accounts, read in the background like the store's state.
+    slurm = CliSlurm(SlurmRunner(timeout_s=cfg.slurm.command_timeout_s))
+    refresher = StateRefresher(store, cfg, slurm=slurm)
     refresher.start()
     server = PolicyServer(cfg, refresher, config_path=config_path)
     try:

@@ -148,6 +148,8 @@ class PolicyServer:
             "state_error": self.refresher.last_error,
             "accounts": len(state.standing),
             "profiles": len(state.profiles_gb),
+            "default_accounts": len(state.default_accounts),
+            "slurm_error": self.refresher.slurm_error,
         }
 
 

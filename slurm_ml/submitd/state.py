@@ -2,14 +2,18 @@
 
 A background thread reads PostgreSQL every ``state_refresh_s`` (or when poked) and swaps
 in a new immutable AdmissionState. If the database is down the last good state stays in
-use and the failure is logged once per outage: admission degrades, it never blocks.
+use and the failure is logged once per outage: admission degrades, it never blocks. The
+same pass reads users' default accounts from slurmdbd (``sacctmgr show user``), so a
+job without ``-A`` is routed, and named, by the account Slurm will charge it to; if
+sacctmgr fails the last ones read stay.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from slurm_ml.config import Config
@@ -18,6 +22,8 @@ from slurm_ml.policy.admission_state import (
     account_standing,
     window_capacity_gpu_hours,
 )
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import BudgetSnapshot, GpuMemProfile
@@ -42,8 +48,11 @@ class StateRefresher:
     """Owns the current AdmissionState; ``current`` is safe to read from any thread."""
 
     def __init__(self, store: Store | None, cfg: Config,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
+                 slurm: SlurmClient | None = None) -> None:
         self._store = store
+        self._slurm = slurm
+        self.slurm_error: str | None = None
         self._cfg = cfg
         self._clock = clock
         self.current = AdmissionState()
@@ -59,7 +68,11 @@ class StateRefresher:
         self.poke()
 
     def refresh_once(self) -> bool:
-        """Load from the store now; False (state kept) when the store failed."""
+        """Load from the store (and slurmdbd's default accounts) now; False (store state
+        kept) when there is no store or it failed."""
+        defaults = self._default_accounts()
+        if defaults is not None and defaults != self.current.default_accounts:
+            self.current = replace(self.current, default_accounts=defaults)
         if self._store is None:
             return False
         try:
@@ -71,7 +84,8 @@ class StateRefresher:
                           self.current.loaded_at, exc)
             self.last_error = str(exc)
             return False
-        self.current = build_state(self._cfg, snapshots, profiles, self._clock())
+        self.current = replace(build_state(self._cfg, snapshots, profiles, self._clock()),
+                               default_accounts=self.current.default_accounts)
         if self.last_error is not None:
             log.warning("state refresh works again")
         self.last_error = None
@@ -81,6 +95,21 @@ class StateRefresher:
         log.info("state refreshed generation=%d accounts=%d profiles=%d", self.generation,
                  len(self.current.standing), len(self.current.profiles_gb))
         return True
+
+    def _default_accounts(self) -> Mapping[str, str] | None:
+        if self._slurm is None:
+            return None
+        try:
+            got = self._slurm.default_accounts()
+        except SlurmError as exc:
+            if self.slurm_error is None:
+                log.error("default accounts unreadable (sacctmgr), keeping the last: %s", exc)
+            self.slurm_error = str(exc)
+            return None
+        if self.slurm_error is not None:
+            log.warning("default accounts readable again")
+        self.slurm_error = None
+        return got
 
     def poke(self) -> None:
         self._poke.set()

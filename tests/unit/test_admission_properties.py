@@ -371,6 +371,13 @@ def test_routing_only_picks_alloc_or_free(job: dict[str, Any]) -> None:
     if job.get("qos") == "normal":
         assert "qos" not in changes and "time_min" not in changes
         return
+    tree = CFG.budgets.user_accounts().get(job["user_name"], ())
+    account = job.get("account") or (tree[0] if tree else None)
+    if account not in {name for name, _parent in CFG.budgets.accounts()}:
+        # policy.admission.unbudgeted: untouched (the default): Slurm's QOS, not routed
+        assert "qos" not in changes and "time_min" not in changes
+        assert recorded_min_runtime_min(changes.get("admin_comment", "")) is None
+        return
     qos = changes.get("qos", job.get("qos"))
     assert qos in ("alloc", "free")
     if job.get("time_min") in (0, INFINITE):
