@@ -14,6 +14,7 @@ from datetime import datetime
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from slurm_ml.config import Config, FairshareConfig
+from slurm_ml.gres import tres_gpu_type
 from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
 from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
@@ -28,8 +29,8 @@ def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
     typed = 0.0
     billing = 0.0
     for key, count in u.alloc_tres.items():
-        if key.startswith("gres/gpu:"):
-            name = key.split(":", 1)[1]
+        name = tres_gpu_type(key)
+        if name is not None:
             gpu_type = cfg.gpu_types.get(name)
             typed += count
             billing += count * (gpu_type.billing_weight if gpu_type else 1.0)

@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import re
 
+from slurm_ml.gres import gpu_items
 from slurm_ml.model import GpuRequest
-
-_GPU = re.compile(
-    r"^(?:gres[:/])?gpu"  # optional gres prefix, either separator
-    r"(?::(?P<type>[A-Za-z][\w.\-]*))?"  # optional type (never all digits)
-    r"(?:[:=](?P<count>\d+))?$"
-)
 
 
 def parse_gpu_spec(text: str, per: str) -> list[GpuRequest]:
     """GPU requests in one ``tres_per_*`` value; non-GPU GRES are ignored.
 
-    ``None``/"" → []. A bare ``gpu`` counts as one GPU, as Slurm does.
+    ``None``/"" → []. A bare ``gpu`` counts as one GPU, as Slurm does. The grammar,
+    type names that start with a digit (MIG profiles such as ``3g.40gb``) included, is
+    Slurm's own: see :mod:`slurm_ml.gres`.
     """
-    out: list[GpuRequest] = []
-    for raw in (text or "").split(","):
-        item = raw.strip()
-        if not item or "gpu" not in item:
-            continue
-        m = _GPU.match(item)
-        if not m:
-            continue
-        count = int(m["count"]) if m["count"] else 1
-        out.append(GpuRequest(count=count, per=per, gpu_type=m["type"]))
-    return out
+    return [GpuRequest(count=item.count, per=per, gpu_type=item.type)
+            for item in gpu_items(text)]
 
 
 def parse_tres(text: str) -> dict[str, float]:

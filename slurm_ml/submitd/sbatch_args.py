@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_ml.gres import parse_count
 from slurm_ml.submitd.wire import INFINITE, JOB_FIELDS, JOB_SHARED_NONE
 
 __all__ = ["SbatchParseError", "parse_sbatch", "parse_time_minutes"]
@@ -542,10 +543,6 @@ def _gres_prepend(text: str) -> str:
     return ("gres:" + text).replace(",", ",gres:").replace("gres:gres:", "gres:")
 
 
-_COUNT = re.compile(r"(\d+)([kKmMgGtTpP]?)")
-_SCALE = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
-
-
 _OPTION_OF = {"job": "--gpus", "node": "--gres/--gpus-per-node",
               "socket": "--gpus-per-socket", "task": "--gpus-per-task"}
 
@@ -557,15 +554,16 @@ def _gres_items(spec: str, per: str) -> Iterator[tuple[str, str | None, int]]:
         if not item:
             continue
         parts = item.split(":")
-        count_m = _COUNT.fullmatch(parts[-1]) if len(parts) > 1 else None
+        # A count as Slurm reads one (slurm_ml.gres): "2", "2k"; "3g.40gb" is a type.
+        number = parse_count(parts[-1]) if len(parts) > 1 else None
         ok = bool(re.fullmatch(r"\w+", parts[0])) and all(parts) and (
-            len(parts) <= 2 or (len(parts) == 3 and count_m is not None))
+            len(parts) <= 2 or (len(parts) == 3 and number is not None))
         if not ok:
             raise SbatchParseError(
                 f"{_OPTION_OF[per]}: invalid generic resource (gres) specification {raw!r}; "
                 "use NAME[:TYPE][:COUNT]")
-        count = int(count_m[1]) * _SCALE[count_m[2].lower()] if count_m else 1
-        gtype = parts[1] if len(parts) == 3 or (len(parts) == 2 and not count_m) else None
+        count = 1 if number is None else number
+        gtype = parts[1] if len(parts) == 3 or (len(parts) == 2 and number is None) else None
         yield parts[0], gtype, count
 
 

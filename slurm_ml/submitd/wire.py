@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_ml.gres import parse_item, untyped
 from slurm_ml.model import GpuRequest
 from slurm_ml.policy.admission import AdmissionDecision
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
@@ -203,11 +203,9 @@ def _gpu_item(item: str) -> bool:
 
 
 def _untyped(item: str) -> str:
-    """``gres:gpu:a100:2`` → ``gres:gpu:2``, ``gres/gpu:a100=2`` → ``gres/gpu=2``."""
-    head, _, rest = item.partition("gpu")
-    sep = "=" if "=" in rest else ":"
-    count = re.split(r"[:=]", rest)[-1]
-    return f"{head}gpu{sep}{count if count.isdigit() else '1'}"
+    """``gres:gpu:a100:2`` → ``gres:gpu:2``, ``gres/gpu:3g.40gb=2`` → ``gres/gpu=2``."""
+    got = parse_item(item)
+    return item if got is None else untyped(got)
 
 
 def _rewrite(spec: str, gpu_item: str | None, *, untype: bool = False) -> str:
