@@ -14,6 +14,8 @@ from typing import TypeVar
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
+from slurm_ml.gres import gpu_type_problem
+
 __all__ = [
     "NAME_CHARS",
     "NAME_RE",
@@ -21,6 +23,7 @@ __all__ = [
     "Check",
     "absolute",
     "check_capability",
+    "check_gpu_type",
     "check_lower_name",
     "check_name",
     "check_user",
@@ -118,6 +121,13 @@ def check_name(value: str) -> str | None:
     if NAME_RE.fullmatch(value) is None:
         return f"invalid name {value!r}: use only {NAME_CHARS}"
     return None
+
+
+def check_gpu_type(value: str) -> str | None:
+    """A GPU type (the GRES type): exactly the names slurm_ml.gres reads back from every
+    GRES spelling (so MIG profiles such as ``3g.40gb`` pass, and ``80gb``, which Slurm
+    reads as a count, does not), within the Slurm-safe characters of :func:`check_name`."""
+    return gpu_type_problem(value) or check_name(value)
 
 
 def check_lower_name(value: str) -> str | None:

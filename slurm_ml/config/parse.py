@@ -27,6 +27,7 @@ from slurm_ml.config.checks import (
     NAME_RE,
     Check,
     check_capability,
+    check_gpu_type,
     check_lower_name,
     check_name,
     check_user,
@@ -370,7 +371,7 @@ class _Parser:
                 complete = False
                 continue
             key_path = _join(path, key)
-            message = check_name(key)
+            message = check_gpu_type(key)
             if message is not None:
                 self.error(key_path, message)
                 complete = False
@@ -394,7 +395,7 @@ class _Parser:
         convs: dict[str, _Conv] = {
             "name": self.string(check_name),
             "nodes": self.nodes(),
-            "gpu_type": self.string(check_name),
+            "gpu_type": self.string(check_gpu_type),
             "gpus_per_node": self.integer(ge(1)),
             "leaf_switch": self.string(check_name),
             "features": self.list_of(self.string(check_name), unique="feature"),

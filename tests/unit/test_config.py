@@ -504,8 +504,9 @@ def test_reversed_range_is_an_invalid_nodeset() -> None:
 
 
 def test_gpu_type_name_must_be_slurm_safe() -> None:
-    data = mutate(example(), ("gpu_types", "h200 sxm"), GPU_SPEC)
-    assert issues_of(data) == [f"gpu_types.h200 sxm: invalid name 'h200 sxm': {NAME_RULE}"]
+    # Blanks, ':' and names Slurm reads as counts: test_gpu_type_names.py.
+    data = mutate(example(), ("gpu_types", "h200+sxm"), GPU_SPEC)
+    assert issues_of(data) == [f"gpu_types.h200+sxm: invalid name 'h200+sxm': {NAME_RULE}"]
 
 
 def test_gpu_type_name_must_be_a_string() -> None:
