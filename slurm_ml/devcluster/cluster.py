@@ -36,7 +36,7 @@ from slurm_ml.deploy import install as deploy
 from slurm_ml.deploy.bundle import InstallParams
 from slurm_ml.deploy.errors import BadInput, DeployError
 from slurm_ml.deploy.manifest import MANIFEST_NAME
-from slurm_ml.devcluster import daemons, platform
+from slurm_ml.devcluster import brownfield, daemons, platform
 from slurm_ml.devcluster import health as node_health
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.slurm import render
@@ -151,9 +151,11 @@ class DevCluster:
             ("munge", self._munge),
             ("MariaDB", self._mariadb),
             ("slurmdbd", self._slurmdbd),
+            ("the site's own accounts, users and QOS (before slurm-ml)", self._site_accounts),
             ("slurm-ml install (shim, hooks, slurm-ml.conf, QOS and accounts)", self._install),
             ("slurmctld", self._slurmctld),
             ("slurmd nodes", self._slurmd),
+            ("the site's own reservation", self._site_reservation),
             ("PostgreSQL", self._postgres),
             ("database schema", self._migrate),
             ("admission server (submitd)", self.start_submitd),
@@ -185,7 +187,7 @@ class DevCluster:
         L.root.chmod(0o755)
 
     def _users(self) -> None:
-        for user in self.cfg.budgets.user_accounts():
+        for user in [*self.cfg.budgets.user_accounts(), *brownfield.SITE_USERS]:
             try:
                 pwd.getpwnam(user)
             except KeyError:
@@ -239,6 +241,10 @@ class DevCluster:
             # A job requeued after a failed prolog is started by backfill once eligible:
             # look every 5 s, not 30 (demo and tests wait for it).
             scheduler_extra="bf_interval=5",
+            site_lines=brownfield.site_lines(
+                controller_host=f"{self.host}(127.0.0.1)", node_addr="127.0.0.1",
+                port=P.node_base + len(self.cfg.all_nodes())),
+            site_switch_lines=brownfield.SITE_SWITCH_LINES,
         )
 
     def _render(self) -> None:
@@ -400,7 +406,14 @@ class DevCluster:
         daemons.wait_for("slurmctld", self._ping, 60)
 
     def nodes(self) -> list[str]:
-        return self.cfg.all_nodes()
+        """Every slurmd: the config's GPU nodes and the site's own CPU node."""
+        return [*self.cfg.all_nodes(), brownfield.CPU_NODE]
+
+    def _site_accounts(self) -> None:
+        brownfield.ensure_site_accounts(self.runner(60), self.cfg.cluster.name, self.say)
+
+    def _site_reservation(self) -> None:
+        brownfield.ensure_reservation(self.runner(), self.say)
 
     def _slurmd(self) -> None:
         L = self.layout

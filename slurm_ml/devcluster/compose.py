@@ -227,6 +227,7 @@ class Role:
             mysql_host=HOSTS.mariadb,
             node_addr="",  # every node is its own container on the default slurmd port
             node_port_base=0,
+            site_lines="", site_switch_lines="",  # no CPU-only node container
             header="docker compose cluster; re-rendered by its init service.",
         )
 

@@ -59,6 +59,8 @@ class SiteParams:
     mysql_password: str = ""
     mysql_db: str = "slurm_acct_db"
     scheduler_extra: str = ""  # the site's SchedulerParameters, e.g. "bf_interval=5"
+    site_lines: str = ""  # the site's own node/partition lines slurm-ml does not manage
+    site_switch_lines: str = ""  # topology.conf lines for those nodes (topology/tree needs them)
     header: str = "Do not edit by hand: re-render instead."
 
 

@@ -33,8 +33,10 @@ def test_status_json_shows_every_daemon_node_and_researcher(slurm_conf: str) -> 
     for name in ("munged", "mariadb", "slurmdbd", "slurmctld", "postgresql",
                  *(f"slurmd-gpu0{i}" for i in range(1, 7))):
         assert st["processes"][name]["running"], name
-    nodes = {n["name"]: n for n in st["nodes"]}
+    assert st["processes"]["slurmd-cpu01"]["running"]  # the site's own CPU node
+    nodes = {n["name"]: n for n in st["nodes"] if n["name"].startswith("gpu")}
     assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 7)]
+    assert sorted(n["name"] for n in st["nodes"]) == ["cpu01", *sorted(nodes)]
     assert [nodes[n]["gpus"] for n in sorted(nodes)] == [8, 8, 8, 8, 4, 4]
     assert nodes["gpu03"]["gpu_type"] == "a100_40g" and "nvlink" in nodes["gpu03"]["features"]
     users = {u["user"]: u["accounts"] for u in st["users"]}
