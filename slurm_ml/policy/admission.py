@@ -23,7 +23,13 @@ from slurm_ml.policy.capability import Capability, describe_need, match
 from slurm_ml.policy.cluster_view import ClassSlice, ClusterView
 from slurm_ml.policy.features import Constraint, parse_constraint, render, without_gpu_terms
 from slurm_ml.policy.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
-from slurm_ml.policy.routing import Route, route, update_route
+from slurm_ml.policy.routing import (
+    ESLURM_ACCOUNTING_POLICY,
+    Route,
+    reroute_update,
+    route,
+    update_route,
+)
 from slurm_ml.policy.shape import (
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     Layout,
@@ -91,8 +97,14 @@ def recorded_min_runtime_min(admin_comment: str) -> int | None:
 
 
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
-           now: datetime, *, routing: bool = True) -> AdmissionDecision:
-    """Rewrite, pass or reject one job; ``routing=False`` for updates of existing jobs."""
+           now: datetime, *, routing: bool = True, update: bool = False,
+           asked_qos: str | None = None) -> AdmissionDecision:
+    """Rewrite, pass or reject one job.
+
+    Updates of existing jobs: ``routing=False`` when the update touches only the shape
+    (and ``--time-min``); ``update=True`` when it touches QOS, account or partition,
+    with ``asked_qos`` the QOS the update names (``routing.reroute_update``).
+    """
     if not req.is_gpu:
         return PASS
     if any(p not in view.partitions for p in req.partitions):
@@ -136,7 +148,14 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         features = render(base, tuple(cfg.gpu_types[t].feature for t in types), matching=multi)
     notes = _notes(req, cfg, cap, types=types, widened=widened, layout=layout,
                    shape_note=verdict.note)
-    rt = route(req, cfg, state) if routing else update_route(req)
+    if not routing:
+        rt = update_route(req)
+    elif update:
+        rt = reroute_update(req, cfg, state, asked_qos=asked_qos)
+    else:
+        rt = route(req, cfg, state)
+    if rt.refuse:
+        return AdmissionDecision(accept=False, code=ESLURM_ACCOUNTING_POLICY, message=rt.refuse)
     if rt.note:
         notes.append(rt.note)
     typed = sorted(req.typed_gpus)

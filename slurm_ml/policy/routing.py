@@ -24,6 +24,10 @@ from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.admission_state import AdmissionState
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 
+#: Slurm's "Job violates accounting/QOS policy" (slurm_errno.h), which scontrol prints
+#: when admission refuses an update into QOS alloc; the reason is in slurmctld.log.
+ESLURM_ACCOUNTING_POLICY = 2050
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -33,6 +37,7 @@ class Route:
     site_factor: int | None = None
     note: str = ""
     account: str | None = None
+    refuse: str = ""  # an update this refuses (ESLURM_ACCOUNTING_POLICY), and why
 
 
 def default_account(cfg: Config, user: str,
@@ -133,3 +138,71 @@ def update_route(req: JobRequest) -> Route:
                  note=("TimeMin not changed: the protected runtime is fixed at submission "
                        "(AdminComment), and Slurm's TimeMin would let the scheduler shorten "
                        "the job's time limit."))
+
+
+def reroute_update(req: JobRequest, cfg: Config, state: AdmissionState, *,
+                   asked_qos: str | None) -> Route:
+    """An update that touches QOS, account or partition, judged as a submission would be.
+
+    ``req`` is the job as it would be after the update (slurmctld's job record merged
+    with the update); ``asked_qos`` is the QOS the update itself names (None: it names
+    none). Slurm lets a job's owner change QOS, Account and Partition of a pending job
+    (``_update_job`` in slurmctld's job_mgr.c answers ESLURM_JOB_NOT_PENDING otherwise),
+    and calls job_submit's ``slurm_job_modify`` before it applies them, so this is where
+    a job whose budget is spent is kept out of QOS ``alloc``:
+
+    - the update asks for ``alloc`` and routing would not give it: refused;
+    - the job is in ``alloc`` and the update moves it to an account whose budget is spent
+      (or, with ``unbudgeted: free``, one without a budget): moved to ``free``, as its
+      submission would have been;
+    - it would stay in ``alloc`` under an account without a budget (``unbudgeted:
+      untouched``, where there is no QOS for slurm-ml to give it): refused;
+    - otherwise the QOS routing picks is set, as on submission.
+
+    The protected runtime stays the one recorded at submission: a user's update may not
+    write the AdminComment (slurmctld denies it to all but SlurmUser and root).
+    ``--time-min`` is handled as by :func:`update_route`.
+    """
+    rt = route(req, cfg, state)
+    if req.qos == ALLOC_QOS and rt.qos != ALLOC_QOS and (
+            asked_qos == ALLOC_QOS or rt.qos != FREE_QOS):
+        return Route(refuse=_alloc_refused(req, cfg, state, rt, asked=asked_qos == ALLOC_QOS),
+                     account=rt.account)
+    times = update_route(req)
+    if rt.qos is None:
+        return Route(clear_time_min=times.clear_time_min, note=times.note, account=rt.account)
+    if rt.qos == ALLOC_QOS:
+        note = f"The job runs in QOS {ALLOC_QOS}, charged to {rt.account}."
+    else:
+        note = rt.note.split(" Its --time-min was dropped")[0]
+    if times.note:
+        note += " " + times.note
+    return Route(qos=rt.qos, clear_time_min=times.clear_time_min,
+                 site_factor=rt.site_factor, note=note, account=rt.account)
+
+
+def _alloc_refused(req: JobRequest, cfg: Config, state: AdmissionState, rt: Route, *,
+                   asked: bool) -> str:
+    """Why an update may not put (or keep) the job in QOS alloc, and what to do instead."""
+    job = f"job {req.job_id}" if req.job_id is not None else "this job"
+    fix = f"scontrol update JobId={req.job_id if req.job_id is not None else '<job>'}"
+    head = (f"slurm-ml refused QOS {ALLOC_QOS} for {job}" if asked else
+            f"slurm-ml refused this update of {job}: it would keep the job in QOS {ALLOC_QOS}")
+    account = rt.account
+    standing = state.standing.get(account) if account else None
+    budgeted = {name for name, _parent in cfg.budgets.accounts()}
+    if account is None or account not in budgeted:
+        words = _account_words(req, account)
+        why = f"{words[0].lower()}{words[1:]} has no GPU-time budget in slurm-ml"
+        todo = (f"Run it under a budget account: {fix} Account=<account> QOS={ALLOC_QOS}"
+                if asked else f"Give the QOS too: {fix} Account={account} QOS=<qos>")
+    elif standing is not None and standing.exhausted:
+        why = (f"account {account} has used its GPU-time budget for this window "
+               f"({standing.usage_gpu_hours:.0f} of {standing.budget_gpu_hours:.0f} GPU-hours)")
+        todo = (f"The job keeps its QOS; new jobs of {account} run in {ALLOC_QOS} again as "
+                f"the window moves on. Or run it under a budget account with room: "
+                f"{fix} Account=<account> QOS={ALLOC_QOS}")
+    else:  # TimeMin=0 in the same update: no protected runtime, which is QOS free
+        why = "TimeMin=0 asks for no protected runtime"
+        todo = "Leave TimeMin=0 out of the update"
+    return f"{head}: {why}. {todo}."

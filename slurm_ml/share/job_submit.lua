@@ -39,6 +39,12 @@ local SHAPE_FIELDS = {
   "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
   "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "time_min",
 }
+-- an update naming one of these, even empty (QOS= asks for the default), is judged by
+-- budget routing as a submission would be (wire.py ROUTE_FIELDS). A job's owner may
+-- change QOS, Account and Partition while the job pends: slurmctld's _update_job
+-- (job_mgr.c, 22.05 and 24.11) calls slurm_job_modify first, then checks each against
+-- the association and answers ESLURM_JOB_NOT_PENDING for a job that is not pending.
+local ROUTE_FIELDS = { "qos", "account", "partition" }
 
 local have_libs, socket, unix, cjson = pcall(function()
   local s = require("socket")
@@ -221,6 +227,9 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     local touches = false
     for _, key in ipairs(SHAPE_FIELDS) do
       if update[key] ~= nil and update[key] ~= "" then touches = true end
+    end
+    for _, key in ipairs(ROUTE_FIELDS) do
+      if update[key] ~= nil then touches = true end
     end
     if not touches then return slurm.SUCCESS end
     local current = read_fields(job_rec)

@@ -33,14 +33,16 @@ from slurm_ml.policy.admission import decide
 from slurm_ml.policy.cluster_view import ClusterView, cluster_view
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (
-    SHAPE_FIELDS,
+    ROUTE_FIELDS,
     VERSION,
     BadRequest,
+    asked_qos,
     merge_update,
     normalize,
     parse_line,
     reply_for,
     to_request,
+    touched,
 )
 
 log = logging.getLogger(__name__)
@@ -103,21 +105,23 @@ class PolicyServer:
                 return {"v": VERSION, "action": "refreshing",
                         "generation": self.refresher.generation}
             policy, state = self.policy, self.refresher.current
-            if env.op == "modify":
-                if not SHAPE_FIELDS & {k for k, v in env.job.items() if v not in (None, "")}:
+            update = env.op == "modify"
+            if update:
+                fields = touched(env.job)
+                if not fields:
                     return {"v": VERSION, "action": "accept", "set": {}, "message": ""}
                 job = merge_update(env.current, env.job)
                 job.setdefault("user_name", _user_name(job.get("user_id")))
-                routing = False
+                # QOS, account or partition: judged by routing as a submission would be
+                routing = bool(fields & ROUTE_FIELDS)
             else:
                 job = normalize(env.job)
                 routing = True
             req = to_request(job)
             decision = decide(req, policy.cfg, policy.view, state, self.clock(),
-                              routing=routing)
+                              routing=routing, update=update, asked_qos=asked_qos(env.job))
             wait_s = int(policy.cfg.policy.admission.leaf_switch_wait_min * 60)
-            reply = reply_for(decision, job, req, leaf_wait_s=wait_s,
-                              update=env.op == "modify")
+            reply = reply_for(decision, job, req, leaf_wait_s=wait_s, update=update)
             self.counts[reply["action"]] += 1
             # Rejects are worth a line at INFO; every accepted job's decision is already
             # stamped into its AdminComment, so those lines are DEBUG (they cost CPU on

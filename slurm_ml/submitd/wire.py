@@ -46,6 +46,11 @@ TRES_FIELDS = {"tres_per_node": "node", "tres_per_job": "job", "tres_per_task": 
 SHAPE_FIELDS = frozenset({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
                           "gres", "features", "min_nodes", "max_nodes", "num_tasks",
                           "ntasks_per_node", "time_min"})
+#: Fields whose change in an update is judged by budget routing, as a submission would be
+#: (``routing.reroute_update``): a job's owner may change them while it pends. They count
+#: even when empty: ``QOS=`` asks slurmctld for the association's default QOS (``alloc``
+#: for budget accounts). job_submit.lua keeps the same list.
+ROUTE_FIELDS = frozenset({"qos", "account", "partition"})
 
 
 class BadRequest(ValueError):
@@ -176,6 +181,20 @@ def to_request(job: Mapping[str, Any]) -> JobRequest:
         switches=switches or None,
         job_id=_num(job, "job_id"),
     )
+
+
+def touched(update: Mapping[str, Any]) -> frozenset[str]:
+    """The fields of an update that policy re-checks: shape fields given a value, and
+    routing fields given at all."""
+    return frozenset(k for k, v in update.items()
+                     if (k in SHAPE_FIELDS and v not in (None, ""))
+                     or (k in ROUTE_FIELDS and v is not None))
+
+
+def asked_qos(update: Mapping[str, Any]) -> str | None:
+    """The QOS an update names; None when it names none (or asks for the default)."""
+    qos = update.get("qos")
+    return qos if isinstance(qos, str) and qos else None
 
 
 def merge_update(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

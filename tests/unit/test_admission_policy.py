@@ -36,11 +36,13 @@ from slurm_ml.submitd.wire import (
     NO_VAL,
     NO_VAL16,
     BadRequest,
+    asked_qos,
     gres_prefix,
     normalize,
     parse_line,
     reply_for,
     to_request,
+    touched,
 )
 
 EXAMPLE = DEFAULT_CONFIG
@@ -969,10 +971,10 @@ MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-def server(state: AdmissionState = STATE) -> PolicyServer:
-    refresher = StateRefresher(None, CFG)
+def server(state: AdmissionState = STATE, cfg: Config = CFG) -> PolicyServer:
+    refresher = StateRefresher(None, cfg)
     refresher.current = state
-    return PolicyServer(CFG, refresher, clock=lambda: NOW)
+    return PolicyServer(cfg, refresher, clock=lambda: NOW)
 
 
 @pytest.mark.parametrize(("current", "update", "want"), [c[1:] for c in MODIFIES],
@@ -1142,3 +1144,125 @@ PREFIX_CASES: list[tuple[str, dict[str, Any], str]] = [
                          ids=[c[0] for c in PREFIX_CASES])
 def test_gres_prefix(job: dict[str, Any], prefix: str) -> None:
     assert gres_prefix(job) == prefix
+
+
+# --------------------------------------------------------------------------- modify: QOS, account, partition
+
+#: a job carol (account llm-eval, budget spent) submitted: routed to QOS free
+SPENT = {**CURRENT, "user_name": "carol", "account": "llm-eval", "qos": "free"}
+#: a job alice submitted -A physics (no budget): untouched, in the site's QOS normal
+OUTSIDE = {**CURRENT, "account": "physics", "qos": "normal"}
+FREE_MODE = config_with(unbudgeted="free")
+SPENT_NOTE = ("Account llm-eval has used its GPU-time budget for this window (2000 of 1000 "
+              "GPU-hours), so the job runs in QOS free")
+
+#: (id, config, current job_rec fields, update, expected reply fields, message must contain)
+REROUTES: list[tuple[str, Config, dict[str, Any], dict[str, Any], dict[str, Any], list[str]]] = [
+    # A job whose budget is spent cannot move itself into alloc.
+    ("spent-account-qos-alloc-refused", CFG, SPENT, {"qos": "alloc"},
+     {"action": "reject", "code": 2050},
+     ["slurm-ml refused QOS alloc for job 42: account llm-eval has used its GPU-time budget "
+      "for this window (2000 of 1000 GPU-hours).", "The job keeps its QOS",
+      "scontrol update JobId=42 Account=<account> QOS=alloc"]),
+    ("spent-account-qos-alloc-with-a-reshape-refused", CFG, SPENT,
+     {"qos": "alloc", "tres_per_job": "gres:gpu:16"}, {"action": "reject", "code": 2050},
+     ["refused QOS alloc"]),
+    ("shape-refusal-comes-first", CFG, {**SPENT, "tres_per_node": "gres:gpu:6"},
+     {"qos": "alloc", "min_nodes": 2}, {"action": "reject", "code": 2006}, ["strand"]),
+    ("spent-account-qos-reset-to-default-stays-free", CFG, SPENT, {"qos": ""},
+     {"action": "accept", "set": {"qos": "free", "site_factor": 5}}, [SPENT_NOTE]),
+    ("spent-account-qos-free-kept", CFG, SPENT, {"qos": "free"},
+     {"action": "accept", "set": {"site_factor": 5}}, ["You chose QOS free"]),
+    ("outside-account-qos-alloc-refused", CFG, OUTSIDE, {"qos": "alloc"},
+     {"action": "reject", "code": 2050},
+     ["refused QOS alloc for job 42: account physics has no GPU-time budget in slurm-ml.",
+      "Run it under a budget account: scontrol update JobId=42 Account=<account> QOS=alloc."]),
+    ("outside-account-qos-alloc-refused-in-free-mode", FREE_MODE, OUTSIDE, {"qos": "alloc"},
+     {"action": "reject", "code": 2050}, ["has no GPU-time budget"]),
+    ("default-account-outside-qos-alloc-refused", CFG,
+     {k: v for k, v in OUTSIDE.items() if k != "account"} | {"user_name": "eve"},
+     {"qos": "alloc"}, {"action": "reject", "code": 2050},
+     ["your default account (slurm-ml could not read it) has no GPU-time budget"]),
+    ("outside-account-own-qos-left-to-slurm", CFG, OUTSIDE, {"qos": "long"},
+     {"action": "accept", "set": {}, "message": ""}, []),
+    # An account change gets the routing a submission gets.
+    ("alloc-job-moved-to-spent-account-goes-free", CFG, {**CURRENT, "qos": "alloc"},
+     {"account": "llm-eval"}, {"action": "accept", "set": {"qos": "free", "site_factor": 5}},
+     [SPENT_NOTE]),
+    ("alloc-job-moved-to-spent-account-asking-alloc-refused", CFG, {**CURRENT, "qos": "alloc"},
+     {"account": "llm-eval", "qos": "alloc"}, {"action": "reject", "code": 2050},
+     ["refused QOS alloc", "llm-eval has used its GPU-time budget"]),
+    ("alloc-job-moved-outside-the-tree-refused", CFG, {**CURRENT, "qos": "alloc"},
+     {"account": "physics"}, {"action": "reject", "code": 2050},
+     ["refused this update of job 42: it would keep the job in QOS alloc: account physics has "
+      "no GPU-time budget in slurm-ml.",
+      "Give the QOS too: scontrol update JobId=42 Account=physics QOS=<qos>."]),
+    ("alloc-job-moved-outside-the-tree-in-free-mode-goes-free", FREE_MODE,
+     {**CURRENT, "qos": "alloc"}, {"account": "physics"},
+     {"action": "accept", "set": {"qos": "free", "site_factor": 9}},
+     ["Account physics has no GPU-time budget, so the job runs in QOS free"]),
+    ("free-job-moved-to-a-budget-with-room-keeps-free", CFG, SPENT,
+     {"account": "llm-pretrain"}, {"action": "accept", "set": {"site_factor": 700}},
+     ["You chose QOS free"]),
+    # A budget with room: alloc, as on submission; the protected runtime stays recorded.
+    ("budget-with-room-qos-alloc-accepted", CFG, {**CURRENT, "qos": "free"}, {"qos": "alloc"},
+     {"action": "accept", "set": {"site_factor": 700},
+      "message": "slurm-ml: The job runs in QOS alloc, charged to llm-pretrain."}, []),
+    ("budget-with-room-qos-alloc-and-time-min-cleared", CFG, {**CURRENT, "qos": "free"},
+     {"qos": "alloc", "time_min": 30},
+     {"action": "accept", "set": {"site_factor": 700, "time_min": NO_VAL},
+      "message": "slurm-ml: The job runs in QOS alloc, charged to llm-pretrain. "
+                 + TIME_MIN_UPDATE.removeprefix("slurm-ml: ")}, []),
+    ("qos-alloc-with-time-min-zero-refused", CFG, {**CURRENT, "qos": "free"},
+     {"qos": "alloc", "time_min": 0}, {"action": "reject", "code": 2050},
+     ["TimeMin=0 asks for no protected runtime. Leave TimeMin=0 out of the update."]),
+    ("reset-to-default-with-room-goes-alloc", CFG, {**CURRENT, "qos": "free"}, {"qos": ""},
+     {"action": "accept", "set": {"qos": "alloc", "site_factor": 700}}, ["QOS alloc"]),
+    # What submission leaves alone, an update leaves alone.
+    ("partition-to-unmanaged-left-alone", CFG, SPENT, {"partition": "cpu", "qos": "alloc"},
+     {"action": "accept", "set": {}, "message": ""}, []),
+    ("cpu-only-job-left-alone", CFG,
+     {k: v for k, v in SPENT.items() if k != "tres_per_node"}, {"qos": "alloc"},
+     {"action": "accept", "set": {}, "message": ""}, []),
+    ("unrouted-qos-left-alone", CFG, SPENT, {"qos": "high"},
+     {"action": "accept", "set": {}, "message": ""}, []),
+    ("partition-update-reroutes", CFG, {**CURRENT, "account": "llm-eval", "qos": "alloc"},
+     {"partition": "gpu"}, {"action": "accept", "set": {"qos": "free", "site_factor": 5}},
+     [SPENT_NOTE]),
+]
+
+
+@pytest.mark.parametrize(("cfg", "current", "update", "want", "says"),
+                         [c[1:] for c in REROUTES], ids=[c[0] for c in REROUTES])
+def test_modify_of_qos_account_partition_is_routed_as_a_submission(
+        cfg: Config, current: dict[str, Any], update: dict[str, Any], want: dict[str, Any],
+        says: list[str]) -> None:
+    line = json.dumps({"v": 1, "op": "modify", "uid": 1000, "job": update, "current": current})
+    reply = server(cfg=cfg).handle_line(line)
+    for key, value in want.items():
+        assert reply[key] == value, reply
+    for text in says:
+        assert text in reply["message"], reply
+    assert "admin_comment" not in reply.get("set", {})  # slurmctld denies it to users
+    assert "shared" not in reply.get("set", {})
+    account = update.get("account", current.get("account"))
+    if account in ("llm-eval", "physics", None):  # spent, or no budget: never alloc
+        assert reply.get("set", {}).get("qos") != "alloc"
+
+
+@pytest.mark.parametrize(("update", "want"), [
+    ({"qos": ""}, {"qos"}),
+    ({"account": "x", "partition": None}, {"account"}),
+    ({"partition": ""}, {"partition"}),
+    ({"features": "", "min_nodes": 2}, {"min_nodes"}),
+    ({"time_limit": 30, "comment": "x"}, set()),
+])
+def test_touched_counts_routing_fields_even_when_empty(update: dict[str, Any],
+                                                        want: set[str]) -> None:
+    assert touched(update) == want
+
+
+@pytest.mark.parametrize(("update", "want"), [
+    ({"qos": "alloc"}, "alloc"), ({"qos": ""}, None), ({}, None), ({"qos": 3}, None)])
+def test_asked_qos_is_the_qos_an_update_names(update: dict[str, Any], want: str | None) -> None:
+    assert asked_qos(update) == want

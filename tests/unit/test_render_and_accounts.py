@@ -107,7 +107,9 @@ def _lua_list(name: str) -> set[str]:
 
 
 def test_the_shim_sends_and_rechecks_the_fields_submitd_expects() -> None:
-    from slurm_ml.submitd.wire import JOB_FIELDS, SHAPE_FIELDS
+    from slurm_ml.submitd.wire import JOB_FIELDS, ROUTE_FIELDS, SHAPE_FIELDS
 
     assert _lua_list("JOB_FIELDS") == set(JOB_FIELDS)
     assert _lua_list("SHAPE_FIELDS") == set(SHAPE_FIELDS)
+    assert _lua_list("ROUTE_FIELDS") == set(ROUTE_FIELDS)
+    assert set(JOB_FIELDS) >= ROUTE_FIELDS  # read from both job_desc and job_rec

@@ -123,3 +123,19 @@ def test_a_regular_file_at_the_socket_path_is_not_clobbered(tmp_path: Path) -> N
     with pytest.raises(SubmitdError, match="not a socket"):
         Listener(PolicyServer(cfg, StateRefresher(None, cfg)), path)
     assert path.read_text() == "keep me"
+
+
+def test_update_into_alloc_without_a_budget_is_refused_over_the_socket(
+        listener: Listener) -> None:
+    """The line the shim sends for ``scontrol update JobId=7 QOS=alloc`` (protocol v1)."""
+    current = {"user_name": "alice", "user_id": 1000, "account": "physics", "qos": "normal",
+               "partition": "gpu", "tres_per_node": "gres:gpu:1", "job_id": 7}
+    reply = ask(listener.path, {"v": 1, "op": "modify", "uid": 1000,
+                                "job": {"qos": "alloc", "user_id": 1000}, "current": current})
+    assert reply["action"] == "reject"
+    assert reply["code"] == 2050  # ESLURM_ACCOUNTING_POLICY: scontrol prints its text
+    assert "account physics has no GPU-time budget" in reply["message"]
+    # A shape-only update, as an older shim sends it, is answered as before.
+    reply = ask(listener.path, {"v": 1, "op": "modify", "uid": 1000,
+                                "job": {"tres_per_node": "gres:gpu:2"}, "current": current})
+    assert reply == {"v": 1, "action": "accept", "set": {}, "message": ""}
