@@ -352,10 +352,10 @@ def test_array_elements_share_the_shaped_request(submitd: DevCluster,
 
 
 def _snapshot(store: PostgresStore, *, usage: float, site_factor: int | None,
-              at: datetime) -> None:
+              at: datetime, account: str = "llm-eval", parent: str = "nlp") -> None:
     store.record_budget_snapshot(BudgetSnapshot(
         idempotency_key=derive_key("test-admission-budget", uuid.uuid4().hex),
-        taken_at=at, account="llm-eval", parent="nlp", budget_share=0.2,
+        taken_at=at, account=account, parent=parent, budget_share=0.2,
         usage_gpu_hours=usage, owed_gpu_hours=0.0, site_factor=site_factor))
 
 
@@ -408,3 +408,66 @@ def test_update_to_whole_nodes_is_shaped_and_allowed(submitd: DevCluster,
     assert job["NumNodes"].startswith("2")
     assert job["TresPerNode"].endswith("gpu:8")
     assert job["Switches"] == "1@00:10:00"
+
+
+def test_update_cannot_move_a_spent_accounts_job_into_alloc(
+        submitd: DevCluster, admin_dsn: str, jobs: list[int]) -> None:
+    """Issue 14: ``scontrol update JobId=N QOS=alloc`` by the owner of a job routed to
+    free because its account's budget is spent. slurmctld calls slurm_job_modify before
+    it applies the QOS, and the refusal makes scontrol fail (22.05 drops log_user() in
+    slurm_job_modify, so the reason is in slurmctld.log)."""
+    now = datetime.now(UTC)
+    with PostgresStore(admin_dsn) as store:
+        _snapshot(store, usage=1e9, site_factor=None, at=now)
+    try:
+        refresh(submitd)
+        res = sbatch("carol", "--hold", "-A", "llm-eval", "--gres=gpu:1", "--wrap", "true",
+                     jobs=jobs)
+        assert res.returncode == 0, res.stderr
+        assert show(jobs[0])["QOS"] == "free"
+
+        def update(*args: str) -> proc.Result:
+            return proc.run(["runuser", "-u", "carol", "--", "scontrol", "update",
+                             f"JobId={jobs[0]}", *args], check=False)
+
+        asked = update("QOS=alloc")
+        assert asked.returncode != 0
+        assert "accounting/QOS policy" in asked.stderr, asked.stderr
+        assert show(jobs[0])["QOS"] == "free"
+        log = (submitd.layout.log / "slurmctld.log").read_text(errors="replace")
+        assert f"refused QOS alloc for job {jobs[0]}: account llm-eval has used" in log
+        # QOS= asks slurmctld for the association's default (alloc): routed like a submission
+        reset = update("QOS=")
+        assert reset.returncode == 0, reset.stderr
+        assert show(jobs[0])["QOS"] == "free"
+        # root's updates stay untouched
+        proc.run(["scontrol", "update", f"JobId={jobs[0]}", "QOS=alloc"])
+        assert show(jobs[0])["QOS"] == "alloc"
+    finally:
+        with PostgresStore(admin_dsn) as store:  # back to a budget in good standing
+            _snapshot(store, usage=0.0, site_factor=None, at=now + timedelta(seconds=1))
+        refresh(submitd)
+
+
+def test_update_of_account_to_a_spent_budget_is_routed_to_free(
+        submitd: DevCluster, admin_dsn: str, jobs: list[int]) -> None:
+    now = datetime.now(UTC)
+    res = sbatch("alice", "--hold", "-A", "llm-pretrain", "--gres=gpu:1", "--wrap", "true",
+                 jobs=jobs)
+    assert res.returncode == 0, res.stderr
+    assert show(jobs[0])["QOS"] == "alloc"
+    spent = {"account": "detection", "parent": "vision"}
+    with PostgresStore(admin_dsn) as store:
+        _snapshot(store, usage=1e9, site_factor=None, at=now, **spent)
+    try:
+        refresh(submitd)
+        moved = proc.run(["runuser", "-u", "alice", "--", "scontrol", "update",
+                          f"JobId={jobs[0]}", "Account=detection"], check=False)
+        assert moved.returncode == 0, moved.stderr
+        job = show(jobs[0])
+        assert (job["Account"], job["QOS"]) == ("detection", "free")
+    finally:
+        with PostgresStore(admin_dsn) as store:
+            _snapshot(store, usage=0.0, site_factor=None, at=now + timedelta(seconds=1),
+                      **spent)
+        refresh(submitd)

@@ -169,3 +169,15 @@ def test_cpu_partition_job_passes_untouched_and_runs(untouched: DevCluster,
     assert res.returncode == 0, res.stderr
     assert "slurm-ml" not in res.stderr
     wait_state(jobs[0], {"COMPLETED"})
+
+
+def test_untouched_job_cannot_move_itself_into_alloc(untouched: DevCluster,
+                                                      jobs: list[int]) -> None:
+    """physics has no budget: an update into alloc is refused by admission first."""
+    res = sbatch("eve", "--hold", "-p", "gpu", "--gpus=1", "--wrap", "true", jobs=jobs)
+    assert res.returncode == 0, res.stderr
+    asked = proc.run(["runuser", "-u", "eve", "--", "scontrol", "update", f"JobId={jobs[0]}",
+                      "QOS=alloc"], check=False)
+    assert asked.returncode != 0
+    assert "accounting/QOS policy" in asked.stderr, asked.stderr
+    assert show(jobs[0])["QOS"] == "normal"
