@@ -52,19 +52,32 @@ class JobRequest:
         return frozenset(g.gpu_type for g in self.gpus if g.gpu_type)
 
     def total_gpus(self) -> int | None:
-        """GPUs the whole job asks for, or None when it cannot be known (per socket)."""
-        total = 0
-        for g in self.gpus:
-            if g.per == "job":
-                total += g.count
-            elif g.per == "node":
-                total += g.count * (self.min_nodes or 1)
-            elif g.per == "task":
-                total += g.count * (self.num_tasks or 1)
-            else:
-                return None
-        return total
+        """GPUs the whole job asks for, or None when it cannot be known (per socket).
 
+        Counted as Slurm counts them: the per-job, per-node, per-socket and per-task
+        counts of one GRES (name and type) are one record, and the first of those that
+        is set decides the total: ``--gpus`` (per job), else ``--gpus-per-node`` times
+        the nodes, else per socket, else ``--gpus-per-task`` times the tasks
+        (src/interfaces/gres_select_util.c, ``gres_select_util_job_min_tasks``, 22.05
+        and 24.11; sbatch already refuses counts that disagree). So ``-N1
+        --gpus-per-node=8 --gpus-per-task=1`` is 8 GPUs, not 16. Different GPU types
+        are different records and add up.
+        """
+        records: dict[str | None, dict[str, int]] = {}
+        for g in self.gpus:
+            rec = records.setdefault(g.gpu_type, {})
+            rec[g.per] = rec.get(g.per, 0) + g.count
+        total = 0
+        for rec in records.values():
+            if rec.get("job"):
+                total += rec["job"]
+            elif rec.get("node"):
+                total += rec["node"] * (self.min_nodes or 1)
+            elif rec.get("socket"):
+                return None
+            elif rec.get("task"):
+                total += rec["task"] * (self.num_tasks or 1)
+        return total
 
 _KEY = re.compile(r"(?:^|[\s,;])(?P<key>[A-Za-z_][\w]*)(?:=(?P<value>[^\s,;]*))?")
 

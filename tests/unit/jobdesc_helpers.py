@@ -33,11 +33,26 @@ def applied(job: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def total_gpus(job: Mapping[str, Any]) -> int | None:
-    """GPUs a job_desc asks for in all; None for per-socket requests."""
-    if gpu_items(job.get("tres_per_socket")):
-        return None
+    """GPUs a job_desc asks for in all, as Slurm counts them; None for per-socket requests.
+
+    Per GPU type, the first of per job, per node (times nodes), per socket, per task
+    (times tasks) that is given decides the count (Slurm's gres_select_util.c).
+    """
     nodes = job.get("min_nodes") or 1
     tasks = job.get("num_tasks") or 1
-    return (sum(c for _t, c in gpu_items(job.get("tres_per_node"))) * nodes
-            + sum(c for _t, c in gpu_items(job.get("tres_per_job")))
-            + sum(c for _t, c in gpu_items(job.get("tres_per_task"))) * tasks)
+    scopes: dict[str | None, dict[str, int]] = {}
+    for scope in ("job", "node", "socket", "task"):
+        for gtype, count in gpu_items(job.get(f"tres_per_{scope}")):
+            rec = scopes.setdefault(gtype, {})
+            rec[scope] = rec.get(scope, 0) + count
+    total = 0
+    for rec in scopes.values():
+        if rec.get("job"):
+            total += rec["job"]
+        elif rec.get("node"):
+            total += rec["node"] * nodes
+        elif rec.get("socket"):
+            return None
+        elif rec.get("task"):
+            total += rec["task"] * tasks
+    return total
