@@ -34,6 +34,8 @@ from slurm_ml.policy.shape import (
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     Layout,
     ShapeVerdict,
+    fits_class,
+    node_needs,
     shape,
 )
 
@@ -143,7 +145,9 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
     widened = bool(cap.requested) and not set(types) <= cap.requested
     multi = layout is not None and layout.whole_nodes
     features = None
-    if constraint is not None and (widened or (multi and len(types) > 1)):
+    # a multi-node layout that only some GPU types fill exactly is steered onto them
+    steer = multi and not req.typed_gpus and set(types) < {s.gpu.name for s in candidates}
+    if constraint is not None and (widened or (multi and (len(types) > 1 or steer))):
         base = without_gpu_terms(constraint, view.feature_to_type) if widened else constraint
         features = render(base, tuple(cfg.gpu_types[t].feature for t in types), matching=multi)
     notes = _notes(req, cfg, cap, types=types, widened=widened, layout=layout,
@@ -196,7 +200,7 @@ def _notes(req: JobRequest, cfg: Config, cap: Capability, *, types: tuple[str, .
                      f"less GPU memory than the {describe_need(req, cap.need)} this job "
                      f"needs; it may run out of GPU memory there.")
     if layout is not None:
-        notes.append(_layout_note(layout, cfg))
+        notes.append(_layout_note(layout, cfg, types))
     if shape_note:
         notes.append(shape_note + ".")
     return notes
@@ -245,16 +249,22 @@ def _eligible(slices: tuple[ClassSlice, ...], constraint: Constraint | None,
 
 def _final_types(req: JobRequest, cap: Capability, layout: Layout | None,
                  candidates: tuple[ClassSlice, ...], order: tuple[str, ...]) -> tuple[str, ...]:
-    """The GPU types that can run the job in its final layout, widening included."""
+    """The GPU types that can run the job in its final layout, widening included: their
+    nodes hold its GPUs per node, CPUs and memory."""
     allowed = set(cap.acceptable) if cap.acceptable else {s.gpu.name for s in candidates}
     if layout is not None and layout.whole_nodes:
+        top = layout.max_nodes or layout.nodes
         fits = set(layout.types)
-        fits |= {s.gpu.name for s in candidates if s.gpn == layout.per_node
-                 and _nodes_of(candidates, s) >= layout.nodes}
+        fits |= {s.gpu.name for s in candidates
+                 if fits_class(req, s.node_class, top, layout.per_node)
+                 and _nodes_of(candidates, s) >= top}
     else:
+        nodes = max(req.min_nodes or 1, 1) if layout is None else layout.nodes
         per_node = layout.per_node if layout is not None else \
-            (req.total_gpus() or 0) // max(req.min_nodes or 1, 1)
-        fits = {s.gpu.name for s in candidates if s.gpn >= per_node}
+            (req.total_gpus() or 0) // nodes
+        cpus, mem = node_needs(req, nodes, per_node)
+        fits = {s.gpu.name for s in candidates if s.gpn >= per_node
+                and s.node_class.cpus >= cpus and s.node_class.memory_mb >= mem}
     return tuple(t for t in order if t in allowed and t in fits)
 
 
@@ -263,10 +273,12 @@ def _nodes_of(candidates: tuple[ClassSlice, ...], one: ClassSlice) -> int:
                if s.partition == one.partition and s.gpu.name == one.gpu.name)
 
 
-def _layout_note(layout: Layout, cfg: Config) -> str:
+def _layout_note(layout: Layout, cfg: Config, types: tuple[str, ...]) -> str:
     if not layout.whole_nodes:
+        linked = bool(types) and all(cfg.gpu_types[t].nvlink_links > 0 for t in types)
         return (f"Kept on one node ({layout.per_node} GPUs fit in one node), so its GPUs "
-                f"share NVLink instead of the network.")
+                f"{'share NVLink' if linked else 'talk within the node'} instead of "
+                f"the network.")
     wait = cfg.policy.admission.leaf_switch_wait_min
     return (f"Shaped to whole nodes: {layout.describe()}, exclusive, and it waits up to "
             f"{wait:g} min for nodes under one leaf switch before taking any.")

@@ -41,6 +41,15 @@ class JobRequest:
     exclusive: bool | None = None
     switches: int | None = None
     job_id: int | None = None  # set for updates of an existing job
+    # what decides whether a node can hold the job besides its GPUs (None = not given)
+    cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    min_cpus: int | None = None  # the whole job (sbatch: tasks x CPUs per task)
+    pn_min_cpus: int | None = None  # per node (--mincpus)
+    mem_per_node_mb: int | None = None  # --mem; 0 = all of each node's memory
+    mem_per_cpu_mb: int | None = None
+    mem_per_gpu_mb: int | None = None
+    ntasks_per_gpu: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property

@@ -3,13 +3,22 @@
 A multi-node GPU job that does not fill its nodes strands the rest of each node's GPUs
 (nobody else can use 2 GPUs of a node whose NVLink domain is split), so such shapes are
 refused with the nearest shapes that work, unless the user opts out (``allow_fragment``).
+
+Only what the user left open is shaped. A total GPU count with no layout (``--gpus=16``,
+or ``--gpus-per-task`` with ``--ntasks``) may be laid out anew; a node count (``-N``, or
+the nodes that ``--ntasks`` with ``--ntasks-per-node`` imply), tasks per node and GPUs per
+node or per task are the script's contract with its own code and are kept. A kept
+multi-node shape is steered to the node classes it fills exactly, or refused with the
+reason and a fix in the script's own flags; a node range is kept, or narrowed with a note
+saying so. Every layout must also fit one node class in CPUs and memory.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from slurm_ml.model import GpuRequest, NodeClass
 from slurm_ml.policy.cluster_view import ClassSlice
 from slurm_ml.policy.request import JobRequest
 
@@ -27,9 +36,12 @@ class Layout:
     ntasks_per_node: int | None = None  # set when a per-task request is spread over nodes
     whole_nodes: bool = False  # multi-node: exclusive, under one leaf switch
     types: tuple[str, ...] = ()  # GPU types this layout can run on
+    max_nodes: int | None = None  # a node range kept (or narrowed): nodes..max_nodes
 
     def describe(self) -> str:
-        return f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.per_node} GPUs"
+        top = self.max_nodes or self.nodes
+        count = f"{self.nodes}-{top}" if top > self.nodes else str(self.nodes)
+        return f"{count} node{'s' if top > 1 else ''} x {self.per_node} GPUs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,64 +97,184 @@ def _nearest(total: int, slices: tuple[ClassSlice, ...]) -> list[str]:
     return [f"--nodes={n} --gpus-per-node={t // n} ({t} GPUs)" for t, n in sorted(ranked)]
 
 
-def _tasks(req: JobRequest) -> int | None:
-    """How many tasks the job runs, when it says."""
-    if req.num_tasks:
-        return req.num_tasks
+# ------------------------------------------------------------------------ what a node needs
+
+def _scope(req: JobRequest) -> str:
+    """Which option decides the job's GPU count, as Slurm reads them: job, node or task."""
+    given = {g.per for g in req.gpus if g.count > 0}
+    return next((p for p in ("job", "node", "socket", "task") if p in given), "job")
+
+
+def tasks_per_node(req: JobRequest, nodes: int) -> int:
+    """Tasks on each node of an ``nodes``-node layout (--ntasks-per-node is a maximum)."""
+    spread = math.ceil(req.num_tasks / nodes) if req.num_tasks else None
     if req.ntasks_per_node:
-        return req.ntasks_per_node * (req.min_nodes or 1)
+        return min(req.ntasks_per_node, spread) if spread else req.ntasks_per_node
+    return spread or 1
+
+
+def node_needs(req: JobRequest, nodes: int, per_node: int) -> tuple[int, int]:
+    """CPUs and memory (MB) each node needs when the job runs as nodes x per_node GPUs.
+
+    --mem is per node (0: all of it, which any node has), --mem-per-cpu is per allocated
+    CPU, --mem-per-gpu per GPU; CPUs are tasks x --cpus-per-task, or GPUs x --cpus-per-gpu,
+    at least --mincpus and the node's share of the job's minimum CPUs.
+    """
+    cpus = tasks_per_node(req, nodes) * (req.cpus_per_task or 1)
+    if req.cpus_per_gpu:
+        cpus = max(cpus, per_node * req.cpus_per_gpu)
+    if req.pn_min_cpus:
+        cpus = max(cpus, req.pn_min_cpus)
+    if req.min_cpus:
+        cpus = max(cpus, math.ceil(req.min_cpus / nodes))
+    mem = req.mem_per_node_mb or 0
+    if req.mem_per_cpu_mb:
+        mem = max(mem, cpus * req.mem_per_cpu_mb)
+    if req.mem_per_gpu_mb:
+        mem = max(mem, per_node * req.mem_per_gpu_mb)
+    return cpus, mem
+
+
+def fits_class(req: JobRequest, cls: NodeClass, nodes: int, per_node: int) -> bool:
+    """Whether a node of this class holds one node's share of the job: GPUs, CPUs, memory."""
+    if cls.gpus_per_node < per_node or (nodes > 1 and cls.gpus_per_node != per_node):
+        return False
+    cpus, mem = node_needs(req, nodes, per_node)
+    return cpus <= cls.cpus and mem <= cls.memory_mb
+
+
+def _types_for(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+               per_node: int) -> set[str]:
+    """GPU types with ``nodes`` nodes in one partition that each hold ``per_node`` GPUs of
+    the job (exactly, on several nodes) and its CPUs and memory."""
+    cap: dict[tuple[str, str], int] = {}
+    for s in slices:
+        if fits_class(req, s.node_class, nodes, per_node):
+            key = (s.partition, s.gpu.name)
+            cap[key] = cap.get(key, 0) + s.nodes
+    return {t for (_p, t), n in cap.items() if n >= nodes}
+
+
+def _per_node(req: JobRequest, nodes: int) -> int | None:
+    """GPUs on each node when the job runs on ``nodes`` nodes; None when they do not split
+    evenly (or its tasks do not, for per-task GPUs)."""
+    total = replace(req, min_nodes=nodes).total_gpus()
+    if not total or total % nodes:
+        return None
+    if _scope(req) == "task" and req.num_tasks and req.num_tasks % nodes:
+        return None
+    return total // nodes
+
+
+def _without_needs(req: JobRequest) -> JobRequest:
+    return replace(req, cpus_per_task=None, cpus_per_gpu=None, min_cpus=None,
+                   pn_min_cpus=None, mem_per_node_mb=None, mem_per_cpu_mb=None,
+                   mem_per_gpu_mb=None)
+
+
+def _has_needs(req: JobRequest) -> bool:
+    return _without_needs(req) != req
+
+
+def pinned_nodes(req: JobRequest) -> tuple[int, int] | None:
+    """The node count (or range) the job fixed: -N, or what --ntasks with
+    --ntasks-per-node implies; None when it left the node count open."""
+    if req.min_nodes is not None:
+        return req.min_nodes, max(req.max_nodes or req.min_nodes, req.min_nodes)
+    if req.ntasks_per_node and req.num_tasks:
+        nodes = math.ceil(req.num_tasks / req.ntasks_per_node)
+        return nodes, nodes
     return None
 
 
+# ------------------------------------------------------------------------ shaping
+
 def shape(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...],
-          *, allow_fragment: bool) -> ShapeVerdict:
-    """Decide the node layout of a GPU job over the node classes it may run on."""
+          *, allow_fragment: bool, advise: bool = True) -> ShapeVerdict:
+    """Decide the node layout of a GPU job over the node classes it may run on.
+
+    ``advise=False``: a refusal names no fixes (used to check the fixes themselves).
+    """
     total = req.total_gpus()
-    if total is None or total <= 0:
+    if total is None or total <= 0 or any(g.per == "socket" for g in req.gpus):
         return ShapeVerdict(note="Per-socket GPU requests are not reshaped")
     if not slices:
         return ShapeVerdict(
             reject="no node in the partitions this job may use has the GPU type it asks for",
             code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-    most, how = largest_feasible(slices)
-    if total > most:
-        return ShapeVerdict(
-            reject=(f"the job asks for {total} GPUs but the most any job can get here is "
-                    f"{most}, so it would pend forever. Largest feasible request: {how}"),
-            code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-    tasks = _tasks(req)
-    if total <= max(s.gpn for s in slices):
+    pinned = pinned_nodes(req)
+    if pinned is not None:
+        return _shape_pinned(req, slices, order, pinned, total, allow_fragment=allow_fragment,
+                             advise=advise)
+    return _shape_open(req, slices, order, total, allow_fragment=allow_fragment,
+                       advise=advise)
+
+
+def _shape_open(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...],
+                total: int, *, allow_fragment: bool, advise: bool) -> ShapeVerdict:
+    """The user gave a GPU total (per job, or per task with a task count): lay it out."""
+    tasks = req.num_tasks
+    one = _types_for(req, slices, 1, total)
+    if one:
         if _on_one_node(req, total):
             return ShapeVerdict()
-        if allow_fragment and (req.min_nodes or 1) > 1:
-            return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
-        fits = {s.gpu.name for s in slices if s.gpn >= total}
-        per_node_tasks = tasks if req.ntasks_per_node is not None else None
-        return ShapeVerdict(layout=Layout(1, total, per_node_tasks,
-                                          types=_ordered(fits, order)))
-    if allow_fragment:
+        return ShapeVerdict(layout=Layout(1, total, types=_ordered(one, order)))
+    if allow_fragment and total > max(s.gpn for s in slices):
         return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
-    cap = _capacity(slices)
-    per_task = any(g.per == "task" for g in req.gpus)
+    per_task = _scope(req) == "task"
     for gpn in sorted({s.gpn for s in slices}, reverse=True):
         nodes = total // gpn
-        if total % gpn:
-            continue
-        fits = {t for (_p, t, g), n in cap.items() if g == gpn and n >= nodes}
-        if not fits:
+        if total % gpn or nodes < 2:
             continue
         if per_task and (not tasks or tasks % nodes):
             continue  # GPUs are bound to tasks: the tasks must split evenly
+        fits = _types_for(req, slices, nodes, gpn)
+        if not fits:
+            continue
         ntasks_per_node = math.ceil(tasks / nodes) if tasks else None
         return ShapeVerdict(layout=Layout(nodes, gpn, ntasks_per_node, whole_nodes=True,
                                           types=_ordered(fits, order)))
-    nearest = _nearest(total, slices)
-    return ShapeVerdict(
-        reject=(f"{_asked(req, total)} would strand GPUs: multi-node GPU jobs must use "
-                f"whole nodes ({_gpn_list(slices)} GPUs per node here). "
-                f"Nearest valid shapes: {'; '.join(nearest)}. To run it as it is, add "
-                f"allow_fragment to --comment"),
-        code=ESLURM_INVALID_NODE_COUNT)
+    return _reject(req, slices, total, None, advise=advise)
+
+
+def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[str, ...],
+                  pinned: tuple[int, int], total: int, *, allow_fragment: bool,
+                  advise: bool) -> ShapeVerdict:
+    """The user fixed the node count (or a range): keep it, steer it, narrow a range, or
+    refuse it."""
+    lo, hi = pinned
+    hi = min(hi, lo + sum(s.nodes for s in slices))
+    feasible: dict[int, set[str]] = {}
+    for n in range(lo, hi + 1):
+        per_node = _per_node(req, n)
+        feasible[n] = _types_for(req, slices, n, per_node) if per_node else set()
+    first = next((n for n in range(lo, hi + 1) if feasible[n]), None)
+    if first is None:
+        if allow_fragment and lo > 1:
+            return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
+        return _reject(req, slices, total, lo, advise=advise)
+    common, top = set(feasible[first]), first
+    if _scope(req) == "node":  # the same GPUs per node at every count: keep the range
+        for n in range(first + 1, hi + 1):
+            if not common & feasible[n]:
+                break
+            common &= feasible[n]
+            top = n
+    per_node = _per_node(req, first) or 0
+    note = ""
+    if (first, top) != (lo, hi):
+        kept = f"{first}-{top}" if top > first else str(first)
+        note = (f"Node range {lo}-{pinned[1]} narrowed to {kept}: "
+                f"{'no more' if top < hi else 'no fewer'} nodes of one GPU type hold "
+                f"{per_node} GPUs each with this job's CPUs and memory here")
+    if top == 1:
+        if not note:
+            return ShapeVerdict()
+        return ShapeVerdict(layout=Layout(1, per_node, types=_ordered(common, order)),
+                            note=note)
+    return ShapeVerdict(layout=Layout(first, per_node, whole_nodes=True,
+                                      types=_ordered(common, order),
+                                      max_nodes=top if top > first else None), note=note)
 
 
 def _on_one_node(req: JobRequest, total: int) -> bool:
@@ -154,11 +286,232 @@ def _on_one_node(req: JobRequest, total: int) -> bool:
     return total == 1 or all(g.per == "node" for g in req.gpus)
 
 
-def _asked(req: JobRequest, total: int) -> str:
-    if req.min_nodes and req.min_nodes > 1:
-        return f"{req.min_nodes} nodes with {total // req.min_nodes} GPUs each"
-    return f"{total} GPUs"
+# ------------------------------------------------------------------------ refusals
+
+def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
+            nodes: int | None, *, advise: bool) -> ShapeVerdict:
+    """Why no layout works, and fixes in the script's own flags that admission accepts."""
+    fixes = _fixes(req, slices, total, nodes) if advise else []
+    advice = f" Nearest valid requests: {'; '.join(fixes)}." if fixes else ""
+    frag = " To run it as it is, add allow_fragment to --comment." if (
+        (nodes and nodes > 1 and _placeable_as_is(req, slices, nodes))
+        or (nodes is None and total > max(s.gpn for s in slices))) else ""
+    bare = _without_needs(req)
+    gpu_fit = (shape(bare, slices, (), allow_fragment=False, advise=False).reject is None
+               if _has_needs(req) else False)
+    if gpu_fit:
+        cpus, mem = _needs_text(req, slices, nodes)
+        return ShapeVerdict(
+            reject=(f"{_asked(req, total, nodes)} needs {cpus} CPUs and {mem} of memory "
+                    f"per node, more than any node that can hold its GPUs has "
+                    f"({_class_sizes(slices)}).{advice}").rstrip("."),
+            code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+    most, how = largest_feasible(slices)
+    if nodes is None and total > most:
+        return ShapeVerdict(
+            reject=(f"the job asks for {total} GPUs but the most any job can get here is "
+                    f"{most}, so it would pend forever. Largest feasible request: "
+                    f"{_largest_in_own_terms(req, slices, how)}"),
+            code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+    if nodes is not None and nodes > 1:
+        per_node = _per_node(bare, nodes)
+        room = max((sum(x.nodes for x in slices if x.gpu.name == s.gpu.name
+                        and x.partition == s.partition and x.gpn == per_node)
+                    for s in slices), default=0)
+        if per_node and 0 < room < nodes:
+            return ShapeVerdict(
+                reject=(f"the job asks for {total} GPUs on {nodes} nodes ({per_node} per "
+                        f"node), but at most {room} nodes of one GPU type here have "
+                        f"{per_node} GPUs, so it would pend forever.{advice}{frag}"
+                        ).rstrip("."),
+                code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+        if total > most:
+            return ShapeVerdict(
+                reject=(f"the job asks for {total} GPUs on {nodes} nodes but the most any "
+                        f"job can get here is {most}, so it would pend forever.{advice}"
+                        ).rstrip("."),
+                code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+    return ShapeVerdict(
+        reject=(f"{_asked(req, total, nodes)} would strand GPUs: multi-node GPU jobs must "
+                f"use whole nodes ({_gpn_list(slices)} GPUs per node here).{advice}{frag}"
+                ).rstrip("."),
+        code=ESLURM_INVALID_NODE_COUNT)
+
+
+def _placeable_as_is(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int) -> bool:
+    """Whether the kept shape (allow_fragment) has nodes that can hold it."""
+    per_node = math.ceil((req.total_gpus() or 0) / nodes)
+    cpus, mem = node_needs(req, nodes, per_node)
+    room: dict[str, int] = {}
+    for s in slices:
+        if s.gpn >= per_node and s.node_class.cpus >= cpus and s.node_class.memory_mb >= mem:
+            room[s.partition] = room.get(s.partition, 0) + s.nodes
+    return any(n >= nodes for n in room.values())
+
+
+def _asked(req: JobRequest, total: int, nodes: int | None = None) -> str:
+    nodes = nodes or req.min_nodes
+    gpus = f"{total} GPUs" if total != 1 else "1 GPU"
+    if nodes and nodes > 1:
+        if total % nodes:
+            return f"{gpus} on {nodes} nodes"
+        each = total // nodes
+        return f"{nodes} nodes with {each} GPU{'s' if each != 1 else ''} each"
+    return gpus
 
 
 def _gpn_list(slices: tuple[ClassSlice, ...]) -> str:
     return " or ".join(str(g) for g in sorted({s.gpn for s in slices}, reverse=True))
+
+
+def _class_sizes(slices: tuple[ClassSlice, ...]) -> str:
+    sizes = sorted({(s.gpn, s.node_class.cpus, s.node_class.memory_mb) for s in slices},
+                   reverse=True)
+    return "; ".join(f"{g}-GPU nodes: {c} CPUs, {_mem(m)}" for g, c, m in sizes)
+
+
+def _mem(mb: int) -> str:
+    return f"{mb // 1024} GB" if mb >= 1024 and mb % 1024 == 0 else f"{mb} MB"
+
+
+def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...],
+                nodes: int | None) -> tuple[int, str]:
+    n = nodes or 1
+    per_node = _per_node(req, n) or (req.total_gpus() or 0)
+    cpus, mem = node_needs(req, n, per_node)
+    return cpus, _mem(mem)
+
+
+def _largest_in_own_terms(req: JobRequest, slices: tuple[ClassSlice, ...], how: str) -> str:
+    if _scope(req) == "task":
+        per_task = sum(g.count for g in req.gpus if g.per == "task")
+        most, _ = largest_feasible(slices)
+        if per_task and most // per_task:
+            return f"--ntasks={most // per_task} ({most // per_task * per_task} GPUs)"
+    return how
+
+
+def _size_flag(name: str, mb: int) -> str:
+    return f"--{name}={mb // 1024}G" if mb >= 1024 else f"--{name}={mb}M"
+
+
+def _resource_fixes(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+                    per_node: int) -> list[tuple[JobRequest, list[str]]]:
+    """For each node class that holds the GPU layout, the request lowered to fit its CPUs
+    and memory, and the flags that say so (none when it fits already)."""
+    out = []
+    for s in sorted(slices, key=lambda x: (-x.node_class.cpus, -x.node_class.memory_mb)):
+        cls = s.node_class
+        if cls.gpus_per_node < per_node or (nodes > 1 and cls.gpus_per_node != per_node):
+            continue
+        fixed, flags = req, []
+        tasks = tasks_per_node(req, nodes)
+        if req.cpus_per_task and tasks * req.cpus_per_task > cls.cpus:
+            if cls.cpus // tasks < 1:
+                continue
+            fixed = replace(fixed, cpus_per_task=cls.cpus // tasks, min_cpus=None)
+            flags.append(f"--cpus-per-task={cls.cpus // tasks}")
+        if req.cpus_per_gpu and per_node * req.cpus_per_gpu > cls.cpus:
+            fixed = replace(fixed, cpus_per_gpu=cls.cpus // per_node, min_cpus=None)
+            flags.append(f"--cpus-per-gpu={cls.cpus // per_node}")
+        if req.pn_min_cpus and req.pn_min_cpus > cls.cpus:
+            fixed = replace(fixed, pn_min_cpus=cls.cpus)
+            flags.append(f"--mincpus={cls.cpus}")
+        cpus, _mem_mb = node_needs(fixed, nodes, per_node)
+        if cpus > cls.cpus:
+            continue
+        if req.mem_per_node_mb and req.mem_per_node_mb > cls.memory_mb:
+            mb = cls.memory_mb // 1024 * 1024 or cls.memory_mb
+            fixed = replace(fixed, mem_per_node_mb=mb)
+            flags.append(_size_flag("mem", mb))
+        if req.mem_per_gpu_mb and per_node * req.mem_per_gpu_mb > cls.memory_mb:
+            mb = cls.memory_mb // per_node
+            mb = mb // 1024 * 1024 or mb
+            fixed = replace(fixed, mem_per_gpu_mb=mb)
+            flags.append(_size_flag("mem-per-gpu", mb))
+        if req.mem_per_cpu_mb and cpus * req.mem_per_cpu_mb > cls.memory_mb:
+            mb = cls.memory_mb // cpus
+            fixed = replace(fixed, mem_per_cpu_mb=mb)
+            flags.append(f"--mem-per-cpu={mb}M")
+        out.append((fixed, flags))
+    return out
+
+
+def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
+           nodes: int | None) -> list[str]:
+    """Up to three changes, in the flags the job already uses, after which admission
+    accepts it; each is checked by shaping the changed request again. GPUs per node are
+    the script's to keep (and --gres=gpu:N cannot be told from --gpus-per-node=N here),
+    so a node-count fix changes the node count (and --ntasks with it) only."""
+    shapes: list[tuple[JobRequest, list[str]]] = []
+    scope = _scope(req)
+    most_nodes = sum(s.nodes for s in slices)
+    if nodes is not None and req.min_nodes is None:  # --ntasks / --ntasks-per-node
+        per = req.ntasks_per_node or 1
+        for n in range(1, most_nodes + 1):
+            if n != nodes:
+                shapes.append((replace(req, num_tasks=per * n), [f"--ntasks={per * n}"]))
+    elif nodes is not None:  # the node count is the script's: change it, keep the rest
+        for n in range(1, most_nodes + 1):
+            if n == nodes:
+                continue
+            changed = replace(req, min_nodes=n, max_nodes=n)
+            flags = [f"--nodes={n}"]
+            if req.num_tasks and req.ntasks_per_node and (
+                    req.num_tasks != req.ntasks_per_node * nodes):
+                changed = replace(changed, num_tasks=req.ntasks_per_node * n)
+                flags.append(f"--ntasks={req.ntasks_per_node * n}")
+            elif req.num_tasks and not req.ntasks_per_node:
+                tasks = req.num_tasks * n // nodes
+                if tasks < 1 or req.num_tasks * n % nodes:
+                    continue
+                changed = replace(changed, num_tasks=tasks)
+                flags.append(f"--ntasks={tasks}")
+            elif req.num_tasks and req.ntasks_per_node:
+                changed = replace(changed, num_tasks=req.ntasks_per_node * n)
+            shapes.append((changed, flags))
+    elif scope == "task" and req.num_tasks:
+        per_task = sum(g.count for g in req.gpus if g.per == "task")
+        for s in slices:
+            for n in range(1, s.nodes + 1):
+                gpus = s.gpn * n
+                if gpus % per_task == 0 and gpus // per_task != req.num_tasks:
+                    shapes.append((replace(req, num_tasks=gpus // per_task),
+                                   [f"--ntasks={gpus // per_task}"]))
+    elif scope == "job":
+        gtype = next((g.gpu_type for g in req.gpus if g.per == "job"), None)
+        kind = f"{gtype}:" if gtype else ""
+        for s in slices:
+            for n in range(1, s.nodes + 1):
+                gpus = s.gpn * n
+                if gpus != total:
+                    shapes.append((replace(req, gpus=(GpuRequest(gpus, "job", gtype),)),
+                                   [f"--gpus={kind}{gpus}"]))
+    shapes.insert(0, (req, []))
+    ranked: list[tuple[tuple[int, int, int], str]] = []
+    seen: set[str] = set()
+    for changed, flags in shapes:
+        got = changed.total_gpus() or 0
+        laid = shape(_without_needs(changed), slices, (), allow_fragment=False, advise=False)
+        if laid.reject is not None:
+            continue
+        if laid.layout is not None:
+            n, per_node = laid.layout.nodes, laid.layout.per_node
+        else:
+            pinned = pinned_nodes(changed)
+            n = pinned[0] if pinned else 1
+            per_node = _per_node(changed, n) or got
+        for fixed, more in _resource_fixes(changed, slices, n, per_node):
+            if not flags and not more:
+                continue
+            if shape(fixed, slices, (), allow_fragment=False, advise=False).reject is not None:
+                continue
+            text = " ".join(flags + more)
+            if text in seen:
+                continue
+            seen.add(text)
+            ranked.append(((len(flags) + len(more), abs(got - total), -got),
+                           f"{text} ({got} GPU{'s' if got != 1 else ''})"))
+            break
+    ranked.sort(key=lambda r: r[0])
+    return [text for _key, text in ranked[:3]]

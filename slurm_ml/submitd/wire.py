@@ -274,7 +274,8 @@ def reply_for(decision: AdmissionDecision, job: Mapping[str, Any], req: JobReque
                 item = f"{prefix}gpu:{kind}{layout.per_node}"
                 base = changes.get("tres_per_node", job.get("tres_per_node") or "")
                 changes["tres_per_node"] = _rewrite(str(base), item)
-            changes["min_nodes"] = changes["max_nodes"] = layout.nodes
+            changes["min_nodes"] = layout.nodes
+            changes["max_nodes"] = layout.max_nodes or layout.nodes  # a range kept
             if layout.ntasks_per_node is not None:
                 changes["ntasks_per_node"] = layout.ntasks_per_node
             if layout.whole_nodes:

@@ -9,6 +9,7 @@ parser (``sbatch_args.parse_sbatch``, the fields the shim would send), then thro
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,3 +95,99 @@ def test_gpus_with_gpus_per_task_is_eight() -> None:
     assert total_gpus(after) == 8
     assert after.get("min_nodes", 1) == 1 and after.get("max_nodes", 1) == 1
     assert "16" not in reply["message"]
+
+
+# --------------------------------------------------------------------------- what is pinned
+
+_ADVICE = re.compile(r"Nearest valid requests: (?P<list>.*?)\.(?: |$)")
+
+
+def advised(message: str) -> list[list[str]]:
+    """The fixes a rejection names, each as the sbatch flags to add."""
+    out = []
+    m = _ADVICE.search(message)
+    if m:
+        for item in m["list"].split("; "):
+            out.append(re.sub(r" \(\d+ GPUs?\)$", "", item).split())
+    if "add allow_fragment to --comment" in message:
+        out.append(["--comment=allow_fragment"])
+    return out
+
+
+def assert_advice_is_accepted(argv: list[str], message: str) -> None:
+    fixes = advised(message)
+    assert fixes, message
+    for flags in fixes:
+        reply, _ = submit([*argv, *flags])
+        assert reply["action"] == "accept", (flags, reply["message"])
+
+
+#: sbatch lines whose node count, tasks per node or GPUs per node/task strand GPUs on
+#: every node class: rejected (never packed onto fewer nodes), with advice that works
+PINNED_REJECTS: list[tuple[str, list[str], list[str]]] = [
+    ("launcher-per-node-kept",  # one accelerate/torchrun launcher per node
+     ["-N4", "--gres=gpu:4", "--ntasks-per-node=1"], ["16 GPUs on 4 nodes", "--nodes=2"]),
+    ("node-count-kept-N2-gpu2", ["-N", "2", "--gpus-per-node=2"],
+     ["2 nodes with 2 GPUs each", "--nodes=1 (2 GPUs)"]),
+    ("node-count-kept-N4-gpu1", ["-N4", "--ntasks=4", "--gpus-per-task=1"],
+     ["4 nodes with 1 GPU each", "allow_fragment"]),
+    ("ntasks-per-node-kept", ["--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1"],
+     ["2 nodes with 2 GPUs each", "allow_fragment"]),
+    ("explicit-N3-never-dropped", ["--gpus=v100:4", "--ntasks-per-node=4", "-N", "3"],
+     ["4 GPUs on 3 nodes", "--nodes=1"]),
+    ("nodes-beyond-the-pool", ["-N4", "--gpus-per-node=8", "--ntasks-per-node=8"],
+     ["32 GPUs on 4 nodes", "at most 2 nodes", "--nodes=2 (16 GPUs)"]),
+    ("sixteen-nodes-of-four", ["-N16", "--gres=gpu:4", "--ntasks-per-node=1"],
+     ["64 GPUs on 16 nodes", "--nodes=2"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), [c[1:] for c in PINNED_REJECTS],
+                         ids=[c[0] for c in PINNED_REJECTS])
+def test_pinned_shape_is_kept_or_rejected_with_working_advice(argv: list[str],
+                                                              says: list[str]) -> None:
+    reply, _ = submit(argv)
+    assert reply["action"] == "reject", reply
+    for text in says:
+        assert text in reply["message"], reply["message"]
+    assert "--gpus=" not in reply["message"]  # advice in the script's own flags
+    assert "NVLink" not in reply["message"]
+    assert_advice_is_accepted(argv, reply["message"])
+
+
+def test_pinned_node_count_is_steered_to_the_class_it_fills() -> None:
+    reply, after = submit(["-N2", "--gpus-per-node=4", "--ntasks-per-node=1"])
+    assert reply["action"] == "accept", reply
+    assert (after["min_nodes"], after["max_nodes"], after["ntasks_per_node"]) == (2, 2, 1)
+    assert after["features"] == "v100" and total_gpus(after) == 8
+
+
+def test_node_range_is_narrowed_with_a_message() -> None:
+    reply, after = submit(["-N", "2-4", "--gpus-per-node=8"])
+    assert reply["action"] == "accept", reply
+    assert (after["min_nodes"], after["max_nodes"]) == (2, 2)
+    assert "Node range 2-4 narrowed to 2" in reply["message"]
+
+
+def test_node_range_is_kept_on_the_class_that_holds_all_of_it() -> None:
+    reply, after = submit(["-N", "1-2", "--ntasks-per-node=1", "--gpus-per-node=4"])
+    assert reply["action"] == "accept", reply
+    assert (after["min_nodes"], after["max_nodes"]) == (1, 2)
+    assert after["features"] == "v100"
+    assert "narrowed" not in reply["message"]
+
+
+def test_one_node_note_promises_nvlink_only_where_there_is_some() -> None:
+    reply, _ = submit(["--gpus=v100:4", "--ntasks=4"], user="dave")
+    assert reply["action"] == "accept", reply
+    assert "Kept on one node" in reply["message"] and "NVLink" not in reply["message"]
+    reply, _ = submit(["--gpus=a100_80g:4", "--ntasks=4"])
+    assert "share NVLink" in reply["message"]
+
+
+@pytest.mark.parametrize("argv", [["--gpus=12"], ["--ntasks=12", "--gpus-per-task=1"],
+                                  ["-N2", "--gpus-per-node=6"]])
+def test_stranding_advice_is_accepted(argv: list[str]) -> None:
+    reply, _ = submit(argv)
+    assert reply["action"] == "reject"
+    assert_advice_is_accepted(argv, reply["message"])
