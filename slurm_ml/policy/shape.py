@@ -300,11 +300,9 @@ def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
     gpu_fit = (shape(bare, slices, (), allow_fragment=False, advise=False).reject is None
                if _has_needs(req) else False)
     if gpu_fit:
-        cpus, mem = _needs_text(req, slices, nodes)
         return ShapeVerdict(
-            reject=(f"{_asked(req, total, nodes)} needs {cpus} CPUs and {mem} of memory "
-                    f"per node, more than any node that can hold its GPUs has "
-                    f"({_class_sizes(slices)}).{advice}").rstrip("."),
+            reject=(f"{_needs_text(req, slices, nodes, total)}, more than any node that can "
+                    f"hold its GPUs has ({_class_sizes(slices)}).{advice}").rstrip("."),
             code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
     most, how = largest_feasible(slices)
     if nodes is None and total > most:
@@ -374,12 +372,28 @@ def _mem(mb: int) -> str:
     return f"{mb // 1024} GB" if mb >= 1024 and mb % 1024 == 0 else f"{mb} MB"
 
 
-def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...],
-                nodes: int | None) -> tuple[int, str]:
-    n = nodes or 1
-    per_node = _per_node(req, n) or (req.total_gpus() or 0)
+def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int | None,
+                total: int) -> str:
+    """What each node would need in the layout its GPUs alone would get, in CPUs and
+    memory, naming only what no node that fits the GPUs has."""
+    laid = shape(_without_needs(req), slices, (), allow_fragment=False, advise=False).layout
+    if laid is not None:
+        n, per_node = laid.nodes, laid.per_node
+        how = "" if nodes is not None else f" as {laid.describe()}"
+    else:
+        n = nodes or 1
+        per_node, how = _per_node(req, n) or total, ""
     cpus, mem = node_needs(req, n, per_node)
-    return cpus, _mem(mem)
+    room = [s.node_class for s in slices
+            if s.gpn >= per_node and (n == 1 or s.gpn == per_node)]
+    parts = []
+    if cpus > max((c.cpus for c in room), default=0):
+        parts.append(f"{cpus} CPUs")
+    if mem > max((c.memory_mb for c in room), default=0):
+        parts.append(f"{_mem(mem)} of memory")
+    if not parts:  # enough of each somewhere, never both on one node
+        parts = [f"{cpus} CPUs", f"{_mem(mem)} of memory"]
+    return f"{_asked(req, total, nodes)}{how} needs {' and '.join(parts)} per node"
 
 
 def _largest_in_own_terms(req: JobRequest, slices: tuple[ClassSlice, ...], how: str) -> str:
@@ -478,7 +492,8 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
                 if gpus % per_task == 0 and gpus // per_task != req.num_tasks:
                     shapes.append((replace(req, num_tasks=gpus // per_task),
                                    [f"--ntasks={gpus // per_task}"]))
-    elif scope == "job":
+    elif scope == "job" and all(g.per == "job" for g in req.gpus):
+        # (with --gpus-per-task or per node too, a new --gpus would contradict them)
         gtype = next((g.gpu_type for g in req.gpus if g.per == "job"), None)
         kind = f"{gtype}:" if gtype else ""
         for s in slices:

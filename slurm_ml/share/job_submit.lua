@@ -33,6 +33,11 @@ local JOB_FIELDS = {
   "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
   "time_limit", "time_min", "requeue", "name", "comment", "array_inx",
   "het_job_offset", "shared", "req_switch", "wait4switch", "job_id",
+  -- CPUs and memory: what decides whether a node can hold the job besides its GPUs
+  -- (job_submit_lua.c shows pn_min_memory as min_mem_per_node, or min_mem_per_cpu
+  -- when the MEM_PER_CPU bit is set; wire.py drops the NO_VAL64 it may carry)
+  "cpus_per_task", "cpus_per_tres", "min_cpus", "pn_min_cpus", "min_mem_per_node",
+  "min_mem_per_cpu", "mem_per_tres", "ntasks_per_tres",
 }
 -- an update touching one of these is re-checked (wire.py SHAPE_FIELDS)
 local SHAPE_FIELDS = {

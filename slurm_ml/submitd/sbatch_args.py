@@ -38,6 +38,7 @@ environment variables (``SBATCH_*``), cli_filter plugins, and the cluster's Gres
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ def _specs() -> dict[str, _Spec]:
         _Spec("comment", _REQ, None, "comment"),
         _Spec("constraint", _REQ, "C", "constraint", reset=True),
         _Spec("cores-per-socket", _REQ, None, "cores", reset=True),
+        _Spec("cpus-per-gpu", _REQ, None, "cpus_per_gpu", reset=True),
         _Spec("cpus-per-task", _REQ, "c", "cpus_per_task", reset=True),
         _Spec("distribution", _REQ, "m", "distribution", reset=True),
         _Spec("exclusive", _OPT, None, "shared", reset=True),
@@ -91,9 +93,10 @@ def _specs() -> dict[str, _Spec]:
         _Spec("gres", _REQ, None, "gres", reset=True),
         _Spec("hint", _REQ, None, "hint"),  # carries on to later components only
         _Spec("job-name", _REQ, "J", "job_name"),
-        _Spec("mem", _REQ, None, "mem"),  # --mem*, -v and -Q: for exclusion checks only
+        _Spec("mem", _REQ, None, "mem"),  # --mem* in MB; also for the exclusion checks
         _Spec("mem-per-cpu", _REQ, None, "mem_per_cpu", reset=True),
         _Spec("mem-per-gpu", _REQ, None, "mem_per_gpu", reset=True),
+        _Spec("mincpus", _REQ, None, "mincpus", reset=True),
         _Spec("no-requeue", _NO, None, "requeue"),
         _Spec("nodefile", _REQ, "F", "nodelist", reset=True),
         _Spec("nodelist", _REQ, "w", "nodelist", reset=True),
@@ -126,12 +129,12 @@ def _specs() -> dict[str, _Spec]:
         ("acctg-freq", None), ("batch", None), ("bb", None), ("bbf", None),
         ("begin", "b"), ("chdir", "D"), ("cluster", None), ("clusters", "M"),
         ("cluster-constraint", None), ("container", None), ("context", None),
-        ("core-spec", "S"), ("cpu-freq", None), ("cpus-per-gpu", None), ("deadline", None),
+        ("core-spec", "S"), ("cpu-freq", None), ("deadline", None),
         ("delay-boot", None), ("dependency", "d"), ("error", "e"), ("exclude", "x"),
         ("export", None), ("export-file", None), ("gid", None), ("gpu-bind", None),
         ("gpu-freq", None), ("gres-flags", None), ("input", "i"),
         ("kill-on-invalid-dep", None), ("licenses", "L"), ("mail-type", None),
-        ("mail-user", None), ("mcs-label", None), ("mem-bind", None), ("mincpus", None),
+        ("mail-user", None), ("mcs-label", None), ("mem-bind", None),
         ("network", None), ("ntasks-per-socket", None), ("open-mode", None),
         ("output", "o"), ("power", None), ("prefer", None), ("priority", None),
         ("profile", None), ("reservation", None), ("signal", None), ("thread-spec", None),
@@ -307,6 +310,19 @@ def _nodes_arg(event: _Event) -> tuple[int, int]:
     return first, last
 
 
+_MBYTES = re.compile(r"^(?P<num>\d+)(?P<unit>[KMGT]?)B?$", re.IGNORECASE)
+_MB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _mem_arg(event: _Event) -> int:
+    """--mem, --mem-per-cpu, --mem-per-gpu → MB (sbatch's str_to_mbytes: K, M (the
+    default), G or T; 0 for --mem means all of each node's memory)."""
+    m = _MBYTES.match((event.value or "").strip())
+    if not m:
+        raise SbatchParseError(f"{event.shown}: invalid memory constraint {event.value!r}")
+    return math.ceil(int(m["num"]) * _MB_PER[m["unit"].upper()])
+
+
 def _exclusive_arg(event: _Event) -> int:
     if event.spec.name == "oversubscribe":
         return JOB_SHARED_OK
@@ -376,8 +392,11 @@ def _apply(state: dict[str, Any], events: Iterable[_Event]) -> None:
         elif slot == "nodes":
             state[slot] = _nodes_arg(event)
         elif slot in {"ntasks", "ntasks_per_node", "ntasks_per_core", "ntasks_per_gpu",
-                      "ntasks_per_tres", "sockets", "cores", "threads", "cpus_per_task"}:
+                      "ntasks_per_tres", "sockets", "cores", "threads", "cpus_per_task",
+                      "cpus_per_gpu", "mincpus"}:
             state[slot] = _int_arg(event)
+        elif slot in {"mem", "mem_per_cpu", "mem_per_gpu"}:
+            state[slot] = _mem_arg(event)
         elif slot == "shared":
             state[slot] = _exclusive_arg(event)
         elif slot == "requeue":
@@ -807,6 +826,21 @@ def _component(state: dict[str, Any], given: frozenset[str],
         out["num_tasks"] = shape.ntasks
     if shape.ntasks_per_node is not None:
         out["ntasks_per_node"] = shape.ntasks_per_node
+    # CPUs and memory, as sbatch puts them in job_desc (22.05 spellings; the Lua
+    # job_desc shows pn_min_memory as min_mem_per_node, or min_mem_per_cpu when the
+    # MEM_PER_CPU flag is set)
+    if "cpus_per_task" in state:
+        out["cpus_per_task"] = state["cpus_per_task"]
+    if "cpus_per_gpu" in state:
+        out["cpus_per_tres"] = f"gres:gpu:{state['cpus_per_gpu']}"
+    if "mincpus" in state:
+        out["pn_min_cpus"] = state["mincpus"]
+    if "mem" in state:
+        out["min_mem_per_node"] = state["mem"]
+    if "mem_per_cpu" in state:
+        out["min_mem_per_cpu"] = state["mem_per_cpu"]
+    if "mem_per_gpu" in state:
+        out["mem_per_tres"] = f"gres:gpu:{state['mem_per_gpu']}"
     if "switches" in state:
         out["req_switch"], wait = state["switches"]
         if wait is not None:

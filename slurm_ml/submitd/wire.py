@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,9 @@ JOB_FIELDS = (
     "features", "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
     "time_limit", "time_min", "requeue", "name", "comment", "array_inx",
     "het_job_offset", "shared", "req_switch", "wait4switch", "job_id",
+    # what decides whether a node can hold the job besides its GPUs
+    "cpus_per_task", "cpus_per_tres", "min_cpus", "pn_min_cpus", "min_mem_per_node",
+    "min_mem_per_cpu", "mem_per_tres", "ntasks_per_tres",
 )
 TRES_FIELDS = {"tres_per_node": "node", "tres_per_job": "job", "tres_per_task": "task",
                "tres_per_socket": "socket"}
@@ -119,6 +123,29 @@ def _num(job: Mapping[str, Any], key: str) -> int | None:
     return None if number in (NO_VAL, NO_VAL16) else number
 
 
+#: the largest value a field can carry and mean it; Lua hands NO_VAL64 (and NO_VAL64
+#: without its MEM_PER_CPU bit) over as a float near 2**64 or 2**63
+_MAX_REAL = 2**53
+
+
+def _amount(job: Mapping[str, Any], key: str) -> int | None:
+    """A count or size field; None when not given or one of Slurm's "no value" marks."""
+    value = job.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= _MAX_REAL:
+        return None
+    return _num(job, key)
+
+
+_PER_GPU = re.compile(r"(?:^|,)\s*(?:gres[:/])?gpu(?::[^:,=]+)?[:=](?P<n>\d+)\s*(?:,|$)")
+
+
+def _per_gpu(job: Mapping[str, Any], key: str) -> int | None:
+    """``gres:gpu:16`` (cpus_per_tres, mem_per_tres; ``gres/`` on 23.11+) → 16."""
+    spec = _text(job, key)
+    m = _PER_GPU.search(spec) if spec else None
+    return int(m["n"]) if m else None
+
+
 def gres_prefix(job: Mapping[str, Any]) -> str:
     """The ``gres:``/``gres/`` spelling this Slurm uses, read off the request itself."""
     for key in TRES_FIELDS:
@@ -180,6 +207,14 @@ def to_request(job: Mapping[str, Any]) -> JobRequest:
         exclusive=None if shared is None else shared == JOB_SHARED_NONE,
         switches=switches or None,
         job_id=_num(job, "job_id"),
+        cpus_per_task=_amount(job, "cpus_per_task") or None,
+        cpus_per_gpu=_per_gpu(job, "cpus_per_tres") or None,
+        min_cpus=_amount(job, "min_cpus") or None,
+        pn_min_cpus=_amount(job, "pn_min_cpus") or None,
+        mem_per_node_mb=_amount(job, "min_mem_per_node"),
+        mem_per_cpu_mb=_amount(job, "min_mem_per_cpu") or None,
+        mem_per_gpu_mb=_per_gpu(job, "mem_per_tres") or None,
+        ntasks_per_gpu=_amount(job, "ntasks_per_tres") or None,
     )
 
 

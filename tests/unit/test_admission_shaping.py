@@ -9,6 +9,7 @@ parser (``sbatch_args.parse_sbatch``, the fields the shim would send), then thro
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -191,3 +192,151 @@ def test_stranding_advice_is_accepted(argv: list[str]) -> None:
     reply, _ = submit(argv)
     assert reply["action"] == "reject"
     assert_advice_is_accepted(argv, reply["message"])
+
+
+# --------------------------------------------------------------------------- CPUs and memory
+
+NODE_CLASSES = {c.gpu_type: c for c in CFG.node_classes}
+
+
+def per_node_needs(after: dict[str, Any]) -> tuple[int, int, int]:
+    """(GPUs, CPUs, MB) one node of the rewritten job needs, read off its fields."""
+    nodes = int(after.get("min_nodes") or 1)
+    gpus = math.ceil((total_gpus(after) or 0) / nodes)
+    tasks = after.get("ntasks_per_node") or math.ceil((after.get("num_tasks") or nodes) / nodes)
+    cpus = tasks * (after.get("cpus_per_task") or 1)
+    per_gpu = re.search(r"gpu:(\d+)$", str(after.get("cpus_per_tres") or ""))
+    if per_gpu:
+        cpus = max(cpus, gpus * int(per_gpu[1]))
+    mem = after.get("min_mem_per_node") or 0
+    if after.get("min_mem_per_cpu"):
+        mem = max(mem, cpus * after["min_mem_per_cpu"])
+    mem_gpu = re.search(r"gpu:(\d+)$", str(after.get("mem_per_tres") or ""))
+    if mem_gpu:
+        mem = max(mem, gpus * int(mem_gpu[1]))
+    return gpus, cpus, mem
+
+
+def fits_somewhere(after: dict[str, Any]) -> bool:
+    gpus, cpus, mem = per_node_needs(after)
+    nodes = int(after.get("min_nodes") or 1)
+    feats = str(after.get("features") or "")
+    fragment = "allow_fragment" in str(after.get("comment") or "")
+    for gtype, cls in NODE_CLASSES.items():
+        if feats and gtype not in feats and not set(cls.features) & set(re.split(r"\W+", feats)):
+            continue
+        if (cls.gpus_per_node >= gpus and (nodes == 1 or fragment or cls.gpus_per_node == gpus)
+                and cls.cpus >= cpus and cls.memory_mb >= mem):
+            return True
+    return False
+
+
+#: issue 14's table, CPU and memory rows: (id, sbatch line, message must say)
+CPU_MEM_REJECTS: list[tuple[str, list[str], list[str]]] = [
+    ("cpus-per-gpu-16-gpus-16", ["--cpus-per-gpu=16", "--gpus=16"],
+     ["128 CPUs per node", "--cpus-per-gpu=8 (16 GPUs)"]),
+    ("gpus4-N2-ntasks-per-node-8-cpus-8", ["--gpus=4", "-N", "2", "--ntasks-per-node=8",
+                                           "--cpus-per-task=8"],
+     ["2 nodes with 2 GPUs each", "--nodes=1 (4 GPUs)"]),
+    ("gpus2-ntasks2-cpus48", ["--gpus=2", "--ntasks=2", "--cpus-per-task=48"],
+     ["96 CPUs per node", "--cpus-per-task=32 (2 GPUs)"]),
+    ("mem-per-gpu-100G-gpus16", ["--mem-per-gpu=100G", "--gpus=16"],
+     ["800 GB of memory per node", "--mem-per-gpu=62G (16 GPUs)"]),
+    ("N2-gpus-per-node-2-mem-400G", ["-N", "2", "--gpus-per-node=2", "--mem=400G"],
+     ["2 nodes with 2 GPUs each", "--nodes=1"]),
+    # classes of real scripts: one launcher with more CPUs than any node has
+    ("one-task-160-cpus", ["--gres=gpu:4", "--ntasks=1", "--cpus-per-task=160"],
+     ["160 CPUs", "--cpus-per-task=64"]),
+    ("launcher-per-node-160-cpus", ["-N4", "--gres=gpu:4", "--ntasks-per-node=1",
+                                    "--cpus-per-task=160"],
+     ["4 nodes", "--nodes=2 --cpus-per-task=32 (8 GPUs)"]),
+    ("v100-torchrun-40-cpus", ["-N2", "--gres=gpu:4", "--ntasks-per-node=1",
+                               "--cpus-per-task=40"],
+     ["40 CPUs per node", "--cpus-per-task=32 (8 GPUs)"]),
+    ("ntasks-per-gpu-32-cpus", ["-N1", "--gpus-per-node=4", "--ntasks-per-gpu=1",
+                                "--cpus-per-task=32"],
+     ["128 CPUs per node", "--cpus-per-task=16 (4 GPUs)"]),
+    ("gpus-with-per-task-80-cpus", ["--gpus", "8", "--gpus-per-task", "8", "--ntasks", "1",
+                                    "--cpus-per-task=80", "--mem=475000"],
+     ["80 CPUs", "--cpus-per-task=64 (8 GPUs)"]),
+    ("four-nodes-of-one-8-gpu-task", ["-N4", "--ntasks=4", "--gpus-per-task=8",
+                                      "--cpus-per-task=96"],
+     ["32 GPUs on 4 nodes", "--nodes=2 --ntasks=2 --cpus-per-task=64 (16 GPUs)"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), [c[1:] for c in CPU_MEM_REJECTS],
+                         ids=[c[0] for c in CPU_MEM_REJECTS])
+def test_no_layout_needs_more_cpus_or_memory_than_a_node_has(argv: list[str],
+                                                             says: list[str]) -> None:
+    reply, _ = submit(argv)
+    assert reply["action"] == "reject", reply
+    for text in says:
+        assert text in reply["message"], reply["message"]
+    assert_advice_is_accepted(argv, reply["message"])
+    for flags in advised(reply["message"]):
+        _reply, after = submit([*argv, *flags])
+        assert fits_somewhere(after), (flags, after)
+
+
+#: jobs that fit as they are: accepted, and the rewrite still fits a node class
+CPU_MEM_ACCEPTS: list[tuple[str, list[str]]] = [
+    ("one-node-8-gpus-24-cpus", ["--gpus=8", "--ntasks=1", "--cpus-per-task=24"]),
+    ("two-nodes-8x8-7-cpus-60G-per-gpu", ["-N2", "--gpus-per-node=8", "--ntasks-per-node=8",
+                                          "--cpus-per-task=7", "--mem-per-gpu=60G"]),
+    ("range-1-2-of-4-gpus-100G", ["-N", "1-2", "--ntasks-per-node=1", "--gpus-per-node=4",
+                                  "--cpus-per-gpu=1", "--mem=100G"]),
+    ("gpus16-cpus-per-gpu-8", ["--cpus-per-gpu=8", "--gpus=16"]),
+    ("one-v100-10-cpus-64G", ["--gres=gpu:v100:1", "-c", "10", "--mem=64G"]),
+    ("whole-node-memory", ["-N2", "--gpus-per-node=8", "--mem=0", "--exclusive"]),
+    ("two-tasks-share-one-gpu", ["--ntasks=2", "--gres=gpu:1", "-c", "4", "--mem=18G"]),
+]
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in CPU_MEM_ACCEPTS],
+                         ids=[c[0] for c in CPU_MEM_ACCEPTS])
+def test_jobs_that_fit_are_accepted_and_still_fit(argv: list[str]) -> None:
+    reply, after = submit(argv)
+    assert reply["action"] == "accept", reply
+    assert fits_somewhere(after), after
+
+
+
+# --------------------------------------------------------------------------- the fields
+
+NO_VAL64 = 2**64 - 2
+MEM_PER_CPU = 2**63
+
+
+@pytest.mark.parametrize(("job", "attrs"), [
+    # 22.05 spellings, as sbatch_args writes them
+    ({"cpus_per_task": 8, "cpus_per_tres": "gres:gpu:4", "mem_per_tres": "gres:gpu:102400",
+      "min_mem_per_node": 4096, "pn_min_cpus": 16, "min_cpus": 64, "ntasks_per_tres": 1},
+     {"cpus_per_task": 8, "cpus_per_gpu": 4, "mem_per_gpu_mb": 102400,
+      "mem_per_node_mb": 4096, "pn_min_cpus": 16, "min_cpus": 64, "ntasks_per_gpu": 1}),
+    # 23.11+ spell GRES with "gres/"
+    ({"cpus_per_tres": "gres/gpu:16", "mem_per_tres": "gres/gpu:2048"},
+     {"cpus_per_gpu": 16, "mem_per_gpu_mb": 2048}),
+    ({"min_mem_per_cpu": 2000}, {"mem_per_cpu_mb": 2000, "mem_per_node_mb": None}),
+    ({"min_mem_per_node": 0}, {"mem_per_node_mb": 0}),  # --mem=0: all of each node's memory
+    # what Lua makes of NO_VAL64 (and of NO_VAL64 less its MEM_PER_CPU bit): no value
+    ({"min_mem_per_node": float(NO_VAL64), "min_mem_per_cpu": float(NO_VAL64 - MEM_PER_CPU),
+      "cpus_per_task": 65534},
+     {"mem_per_node_mb": None, "mem_per_cpu_mb": None, "cpus_per_task": None}),
+])
+def test_cpu_and_memory_fields_decode(job: dict[str, Any], attrs: dict[str, Any]) -> None:
+    req = to_request({"user_name": "bob", "tres_per_job": "gres:gpu:2", **job})
+    for key, value in attrs.items():
+        assert getattr(req, key) == value, key
+
+
+def test_sbatch_memory_sizes_are_checked() -> None:
+    from slurm_ml.submitd.sbatch_args import SbatchParseError
+    with pytest.raises(SbatchParseError, match="invalid memory"):
+        fields(["--gpus=1", "--mem=lots"])
+    assert fields(["--gpus=1", "--mem-per-gpu=1T"])["mem_per_tres"] == "gres:gpu:1048576"
+
+
+def test_exclusive_is_forwarded_and_kept() -> None:
+    job = fields(["-N2", "--gpus-per-node=8", "--exclusive"])
+    assert to_request(job).exclusive is True
