@@ -161,6 +161,8 @@ def _per_node(req: JobRequest, nodes: int) -> int | None:
     total = replace(req, min_nodes=nodes).total_gpus()
     if not total or total % nodes:
         return None
+    if req.num_tasks and req.ntasks_per_node and req.ntasks_per_node * nodes < req.num_tasks:
+        return None  # its tasks do not fit that many nodes
     if _scope(req) == "task" and req.num_tasks and req.num_tasks % nodes:
         return None
     return total // nodes
@@ -250,9 +252,12 @@ def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[
         feasible[n] = _types_for(req, slices, n, per_node) if per_node else set()
     first = next((n for n in range(lo, hi + 1) if feasible[n]), None)
     if first is None:
-        if allow_fragment and lo > 1:
+        need = max(lo, math.ceil(req.num_tasks / req.ntasks_per_node)
+                   if req.num_tasks and req.ntasks_per_node else lo)
+        if allow_fragment and need > 1:
             return ShapeVerdict(note="allow_fragment: multi-node shape kept as submitted")
-        return _reject(req, slices, total, lo, advise=advise)
+        return _reject(req, slices, replace(req, min_nodes=need).total_gpus() or total,
+                       need, advise=advise)
     common, top = set(feasible[first]), first
     if _scope(req) == "node":  # the same GPUs per node at every count: keep the range
         for n in range(first + 1, hi + 1):
@@ -471,8 +476,7 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
                 continue
             changed = replace(req, min_nodes=n, max_nodes=n)
             flags = [f"--nodes={n}"]
-            if req.num_tasks and req.ntasks_per_node and (
-                    req.num_tasks != req.ntasks_per_node * nodes):
+            if req.num_tasks and req.ntasks_per_node:  # (--ntasks may be the script's)
                 changed = replace(changed, num_tasks=req.ntasks_per_node * n)
                 flags.append(f"--ntasks={req.ntasks_per_node * n}")
             elif req.num_tasks and not req.ntasks_per_node:
@@ -481,8 +485,6 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
                     continue
                 changed = replace(changed, num_tasks=tasks)
                 flags.append(f"--ntasks={tasks}")
-            elif req.num_tasks and req.ntasks_per_node:
-                changed = replace(changed, num_tasks=req.ntasks_per_node * n)
             shapes.append((changed, flags))
     elif scope == "task" and req.num_tasks:
         per_task = sum(g.count for g in req.gpus if g.per == "task")

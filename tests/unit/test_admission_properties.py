@@ -123,8 +123,15 @@ def layout_problem(after: Mapping[str, Any], cfg: Config = CFG) -> str | None:
     slurm-ml are Slurm's call; expressions with counts or ``!`` are not judged.
     """
     nodes = int(after.get("min_nodes") or 1)
-    if after.get("max_nodes") not in (None, nodes):
-        return f"min_nodes {nodes} != max_nodes {after.get('max_nodes')}"
+    top = after.get("max_nodes")
+    if top is not None and top < nodes:
+        return f"min_nodes {nodes} > max_nodes {top}"
+    if top is not None and top > nodes:  # a range kept: every count in it must fit
+        for n in range(nodes, top + 1):
+            problem = layout_problem({**after, "min_nodes": n, "max_nodes": n}, cfg)
+            if problem is not None:
+                return problem
+        return None
     per_node = per_node_gpus(after)
     if per_node <= 0:
         return "no GPU per node"
@@ -292,7 +299,10 @@ def test_layouts_are_feasible_and_multi_node_uses_whole_nodes(job: dict[str, Any
     if reply["action"] != "accept" or "min_nodes" not in reply["set"]:
         return
     changes = reply["set"]
-    assert changes["max_nodes"] == changes["min_nodes"]
+    assert changes["max_nodes"] >= changes["min_nodes"]
+    if changes["max_nodes"] > changes["min_nodes"]:  # a range kept, or narrowed inside
+        assert job["min_nodes"] <= changes["min_nodes"]
+        assert changes["max_nodes"] <= job.get("max_nodes", job["min_nodes"])
     after = applied(job, reply)
     if contradictory(job):
         return  # the user's own GRES type and --constraint exclude each other
@@ -482,3 +492,81 @@ def test_wrong_field_types_are_bad_requests_not_internal_errors(
     reply = server.handle_line(line)
     check_reply(reply)
     assert server.counts["internal_error"] == 0, reply
+
+
+# --------------------------------------------------------------------------- CPUs and memory
+
+
+@st.composite
+def job_desc_with_needs(draw: st.DrawFn) -> dict[str, Any]:
+    """job_desc fields with CPUs and memory as sbatch sets them (one memory option)."""
+    job = draw(job_desc())
+    prefix = "gres/" if any("gres/" in str(v) for v in job.values()) else "gres:"
+    if draw(st.booleans()):
+        job["cpus_per_task"] = draw(st.integers(1, 96))
+    elif draw(st.booleans()):
+        job["cpus_per_tres"] = f"{prefix}gpu:{draw(st.integers(1, 20))}"
+    mem = draw(st.sampled_from(["", "node", "cpu", "gpu"]))
+    if mem == "node":
+        job["min_mem_per_node"] = draw(st.sampled_from([0, 4096, 64000, 256000, 400000,
+                                                        512000, 600000]))
+    elif mem == "cpu":
+        job["min_mem_per_cpu"] = draw(st.sampled_from([1000, 4000, 8000, 16000]))
+    elif mem == "gpu":
+        job["mem_per_tres"] = f"{prefix}gpu:{draw(st.sampled_from([8192, 32768, 65536, 102400]))}"
+    return job
+
+
+def _spec_count(spec: object) -> int | None:
+    m = re.search(r"gpu:(\d+)$", str(spec or ""))
+    return int(m[1]) if m else None
+
+
+def node_share(job: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(nodes, GPUs, CPUs, MB) of each node of a job_desc, as Slurm would lay it out."""
+    nodes = int(job.get("min_nodes") or 1)
+    gpus = per_node_gpus(job)
+    tasks, per_node = job.get("num_tasks"), job.get("ntasks_per_node")
+    spread = math.ceil(tasks / nodes) if tasks else None
+    on_node = min(per_node, spread) if per_node and spread else (per_node or spread or 1)
+    cpus = on_node * (job.get("cpus_per_task") or 1)
+    per_gpu = _spec_count(job.get("cpus_per_tres"))
+    if per_gpu:
+        cpus = max(cpus, gpus * per_gpu)
+    mem = job.get("min_mem_per_node") or 0
+    if job.get("min_mem_per_cpu"):
+        mem = max(mem, cpus * job["min_mem_per_cpu"])
+    mem_gpu = _spec_count(job.get("mem_per_tres"))
+    if mem_gpu:
+        mem = max(mem, gpus * mem_gpu)
+    return nodes, gpus, cpus, mem
+
+
+def holding_class(job: Mapping[str, Any]) -> str | None:
+    """A node class of the job's GPU types whose nodes each hold the job's share of GPUs,
+    CPUs and memory, with enough of them; None when there is none."""
+    nodes, gpus, cpus, mem = node_share(job)
+    types = allowed_types(job)
+    for cls in CFG.node_classes:
+        count = len(NodeSet(cls.nodes, resolver=RESOLVER_NOGROUP))
+        if (cls.gpu_type in types and cls.gpus_per_node >= gpus and cls.cpus >= cpus
+                and cls.memory_mb >= mem and count >= nodes):
+            return cls.name
+    return None
+
+
+@FAST
+@given(job_desc_with_needs())
+def test_a_job_that_fits_a_node_class_still_fits_after_the_rewrite(job: dict[str, Any]) -> None:
+    """Whatever admission does to a job that some node class can hold (GPUs, CPUs and
+    memory per node), the job it accepts is one that a node class still holds."""
+    before = normalize(job)
+    if (not managed_gpu_job(job) or gpu_items(before.get("tres_per_socket"))
+            or contradictory(job) or constraint_terms(str(before.get("features") or "")) is None
+            or holding_class(before) is None):
+        return
+    reply = answer(job)
+    if reply["action"] != "accept":
+        return
+    after = applied(job, reply)
+    assert holding_class(after) is not None, (node_share(after), reply["set"])

@@ -137,7 +137,7 @@ PINNED_REJECTS: list[tuple[str, list[str], list[str]]] = [
     ("explicit-N3-never-dropped", ["--gpus=v100:4", "--ntasks-per-node=4", "-N", "3"],
      ["4 GPUs on 3 nodes", "--nodes=1"]),
     ("nodes-beyond-the-pool", ["-N4", "--gpus-per-node=8", "--ntasks-per-node=8"],
-     ["32 GPUs on 4 nodes", "at most 2 nodes", "--nodes=2 (16 GPUs)"]),
+     ["32 GPUs on 4 nodes", "at most 2 nodes", "--nodes=2 --ntasks=16 (16 GPUs)"]),
     ("sixteen-nodes-of-four", ["-N16", "--gres=gpu:4", "--ntasks-per-node=1"],
      ["64 GPUs on 16 nodes", "--nodes=2"]),
 ]
@@ -237,7 +237,7 @@ CPU_MEM_REJECTS: list[tuple[str, list[str], list[str]]] = [
      ["128 CPUs per node", "--cpus-per-gpu=8 (16 GPUs)"]),
     ("gpus4-N2-ntasks-per-node-8-cpus-8", ["--gpus=4", "-N", "2", "--ntasks-per-node=8",
                                            "--cpus-per-task=8"],
-     ["2 nodes with 2 GPUs each", "--nodes=1 (4 GPUs)"]),
+     ["2 nodes with 2 GPUs each", "--nodes=1 --ntasks=8 (4 GPUs)"]),
     ("gpus2-ntasks2-cpus48", ["--gpus=2", "--ntasks=2", "--cpus-per-task=48"],
      ["96 CPUs per node", "--cpus-per-task=32 (2 GPUs)"]),
     ("mem-per-gpu-100G-gpus16", ["--mem-per-gpu=100G", "--gpus=16"],
@@ -249,7 +249,7 @@ CPU_MEM_REJECTS: list[tuple[str, list[str], list[str]]] = [
      ["160 CPUs", "--cpus-per-task=64"]),
     ("launcher-per-node-160-cpus", ["-N4", "--gres=gpu:4", "--ntasks-per-node=1",
                                     "--cpus-per-task=160"],
-     ["4 nodes", "--nodes=2 --cpus-per-task=32 (8 GPUs)"]),
+     ["4 nodes", "--nodes=2 --ntasks=2 --cpus-per-task=32 (8 GPUs)"]),
     ("v100-torchrun-40-cpus", ["-N2", "--gres=gpu:4", "--ntasks-per-node=1",
                                "--cpus-per-task=40"],
      ["40 CPUs per node", "--cpus-per-task=32 (8 GPUs)"]),
@@ -340,3 +340,14 @@ def test_sbatch_memory_sizes_are_checked() -> None:
 def test_exclusive_is_forwarded_and_kept() -> None:
     job = fields(["-N2", "--gpus-per-node=8", "--exclusive"])
     assert to_request(job).exclusive is True
+
+
+def test_a_range_is_never_narrowed_below_what_its_tasks_need() -> None:
+    # 2 tasks at one per node need both nodes of -N 1-2; one GPU per node strands GPUs
+    reply, after = submit(["-N", "1-2", "--gpus-per-node=1", "--ntasks=2",
+                           "--ntasks-per-node=1"])
+    if reply["action"] == "accept":
+        assert after.get("max_nodes", 2) * after.get("ntasks_per_node", 1) >= 2, after
+    else:
+        assert_advice_is_accepted(["-N", "1-2", "--gpus-per-node=1", "--ntasks=2",
+                                   "--ntasks-per-node=1"], reply["message"])
