@@ -269,9 +269,10 @@ def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[
     note = ""
     if (first, top) != (lo, hi):
         kept = f"{first}-{top}" if top > first else str(first)
-        note = (f"Node range {lo}-{pinned[1]} narrowed to {kept}: "
-                f"{'no more' if top < hi else 'no fewer'} nodes of one GPU type hold "
-                f"{per_node} GPUs each with this job's CPUs and memory here")
+        why = (f"on more nodes, {per_node} GPUs per node would not be whole nodes of one "
+               f"GPU type with room for its CPUs and memory here" if top < hi else
+               "on fewer nodes its GPUs, CPUs or memory would not fit")
+        note = f"Node range {lo}-{pinned[1]} narrowed to {kept}: {why}"
     if top == 1:
         if not note:
             return ShapeVerdict()
@@ -398,7 +399,7 @@ def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int | No
         parts.append(f"{_mem(mem)} of memory")
     if not parts:  # enough of each somewhere, never both on one node
         parts = [f"{cpus} CPUs", f"{_mem(mem)} of memory"]
-    return f"{_asked(req, total, nodes)}{how} needs {' and '.join(parts)} per node"
+    return f"the job needs {' and '.join(parts)} per node ({_asked(req, total, nodes)}{how})"
 
 
 def _largest_in_own_terms(req: JobRequest, slices: tuple[ClassSlice, ...], how: str) -> str:

@@ -351,3 +351,30 @@ def test_a_range_is_never_narrowed_below_what_its_tasks_need() -> None:
     else:
         assert_advice_is_accepted(["-N", "1-2", "--gpus-per-node=1", "--ntasks=2",
                                    "--ntasks-per-node=1"], reply["message"])
+
+
+#: more classes of real scripts, as an admin would want them on this cluster
+@pytest.mark.parametrize(("argv", "want"), [
+    # one exclusive 8-GPU node, one launcher: kept as it is
+    (["--nodes=1", "--exclusive", "--gpus-per-node=8", "--ntasks-per-node=1"], {}),
+    # 2 exclusive nodes x 8 GPUs, one 60-CPU torchrun per node: kept, on whole nodes
+    (["-N2", "--ntasks-per-node=1", "--gpus-per-node=8", "-c", "60", "--exclusive"],
+     {"min_nodes": 2, "max_nodes": 2, "ntasks_per_node": 1, "tres_per_node": "gres:gpu:8"}),
+    # two tasks sharing one GPU, 4 CPUs each
+    (["--ntasks=2", "--gres=gpu:1", "-c", "4", "--mem=18G"], {}),
+])
+def test_real_script_shapes_that_fit_are_kept(argv: list[str], want: dict[str, Any]) -> None:
+    reply, after = submit(argv)
+    assert reply["action"] == "accept", reply
+    assert {k: after.get(k) for k in want} == want
+    assert not {"min_nodes", "max_nodes", "ntasks_per_node"} & set(reply["set"]) or want
+    assert fits_somewhere(after)
+
+
+def test_torchrun_per_node_on_three_nodes_is_refused_with_a_two_node_fix() -> None:
+    argv = ["-N", "3", "--ntasks=3", "--gpus-per-node=4", "--cpus-per-gpu=4"]
+    reply, _ = submit(argv)
+    assert reply["action"] == "reject"
+    assert "--nodes=2 --ntasks=2 (8 GPUs)" in reply["message"]
+    _, after = submit([*argv, "--nodes=2", "--ntasks=2"])
+    assert after["features"] == "v100" and (after["min_nodes"], after["max_nodes"]) == (2, 2)
