@@ -125,8 +125,13 @@ def test_six_gpus_on_two_nodes_is_rejected_with_the_reason(submitd: DevCluster,
 
     assert res.returncode != 0
     assert "would strand GPUs" in res.stderr
-    assert "--nodes=2 --gpus-per-node=8 (16 GPUs)" in res.stderr
+    # The advice keeps the script's own GPUs per node (issue 14: never rewrite what it
+    # pinned) and changes only its node count ...
+    assert "Nearest valid requests: --nodes=1 (6 GPUs)" in res.stderr
     assert "allow_fragment" in res.stderr
+    # ... and, followed, gives a job admission accepts and Slurm places.
+    ok = sbatch("carol", "--hold", "--gres=gpu:6", "-N1", "--wrap", "true", jobs=jobs)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_sixty_four_gpus_are_rejected_as_infeasible(submitd: DevCluster,
