@@ -133,10 +133,14 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
     if constraint is None:  # too rich to rewrite: keep the user's own type choice
         cap = Capability(cap.requested, tuple(t for t in view.type_order if t in cap.requested))
     candidates = _eligible(view.in_partitions(req.partitions), constraint, view)
-    verdict = _shape_on(req, candidates, cap.requested, view, fragment)
-    if verdict.reject and set(cap.acceptable) > cap.requested:
+    can_widen = set(cap.acceptable) > cap.requested
+    # With a wider retry to come, the fixes of a first refusal are worked out only if the
+    # retry is refused too.
+    verdict = _shape_on(req, candidates, cap.requested, view, fragment, advise=not can_widen)
+    if verdict.reject and can_widen:
         wider = _shape_on(req, candidates, frozenset(cap.acceptable), view, fragment)
-        verdict = wider if not wider.reject else verdict
+        verdict = (wider if not wider.reject else
+                   _shape_on(req, candidates, cap.requested, view, fragment))
     if verdict.reject:
         return AdmissionDecision(accept=False, code=verdict.code,
                                  message=f"slurm-ml rejected this job: {verdict.reject}.")
@@ -177,9 +181,9 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
 
 
 def _shape_on(req: JobRequest, candidates: tuple[ClassSlice, ...], types: frozenset[str],
-              view: ClusterView, fragment: bool) -> ShapeVerdict:
+              view: ClusterView, fragment: bool, *, advise: bool = True) -> ShapeVerdict:
     slices = tuple(s for s in candidates if not types or s.gpu.name in types)
-    return shape(req, slices, view.type_order, allow_fragment=fragment)
+    return shape(req, slices, view.type_order, allow_fragment=fragment, advise=advise)
 
 
 def _notes(req: JobRequest, cfg: Config, cap: Capability, *, types: tuple[str, ...],

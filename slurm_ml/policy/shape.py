@@ -84,19 +84,6 @@ def largest_feasible(slices: tuple[ClassSlice, ...]) -> tuple[int, str]:
     return best, how
 
 
-def _nearest(total: int, slices: tuple[ClassSlice, ...]) -> list[str]:
-    """Valid whole-node shapes just below and above ``total`` GPUs."""
-    options: set[tuple[int, int]] = set()
-    for (_part, _type, gpn), nodes in _capacity(slices).items():
-        for n in {math.floor(total / gpn), math.ceil(total / gpn)}:
-            if 1 <= n <= nodes:
-                options.add((n * gpn, n))
-        if gpn <= total:
-            options.add((gpn, 1))
-    ranked = sorted(options, key=lambda o: (abs(o[0] - total), o[0]))[:3]
-    return [f"--nodes={n} --gpus-per-node={t // n} ({t} GPUs)" for t, n in sorted(ranked)]
-
-
 # ------------------------------------------------------------------------ what a node needs
 
 def _scope(req: JobRequest) -> str:
@@ -297,8 +284,11 @@ def _on_one_node(req: JobRequest, total: int) -> bool:
 def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
             nodes: int | None, *, advise: bool) -> ShapeVerdict:
     """Why no layout works, and fixes in the script's own flags that admission accepts."""
-    fixes = _fixes(req, slices, total, nodes) if advise else []
-    advice = f" Nearest valid requests: {'; '.join(fixes)}." if fixes else ""
+
+    def advice() -> str:  # only the refusals that name fixes pay for finding them
+        fixes = _fixes(req, slices, total, nodes) if advise else []
+        return f" Nearest valid requests: {'; '.join(fixes)}." if fixes else ""
+
     frag = " To run it as it is, add allow_fragment to --comment." if (
         (nodes and nodes > 1 and _placeable_as_is(req, slices, nodes))
         or (nodes is None and total > max(s.gpn for s in slices))) else ""
@@ -308,7 +298,7 @@ def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
     if gpu_fit:
         return ShapeVerdict(
             reject=(f"{_needs_text(req, slices, nodes, total)}, more than any node that can "
-                    f"hold its GPUs has ({_class_sizes(slices)}).{advice}").rstrip("."),
+                    f"hold its GPUs has ({_class_sizes(slices)}).{advice()}").rstrip("."),
             code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
     most, how = largest_feasible(slices)
     if nodes is None and total > most:
@@ -326,18 +316,18 @@ def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
             return ShapeVerdict(
                 reject=(f"the job asks for {total} GPUs on {nodes} nodes ({per_node} per "
                         f"node), but at most {room} nodes of one GPU type here have "
-                        f"{per_node} GPUs, so it would pend forever.{advice}{frag}"
+                        f"{per_node} GPUs, so it would pend forever.{advice()}{frag}"
                         ).rstrip("."),
                 code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         if total > most:
             return ShapeVerdict(
                 reject=(f"the job asks for {total} GPUs on {nodes} nodes but the most any "
-                        f"job can get here is {most}, so it would pend forever.{advice}"
+                        f"job can get here is {most}, so it would pend forever.{advice()}"
                         ).rstrip("."),
                 code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
     return ShapeVerdict(
         reject=(f"{_asked(req, total, nodes)} would strand GPUs: multi-node GPU jobs must "
-                f"use whole nodes ({_gpn_list(slices)} GPUs per node here).{advice}{frag}"
+                f"use whole nodes ({_gpn_list(slices)} GPUs per node here).{advice()}{frag}"
                 ).rstrip("."),
         code=ESLURM_INVALID_NODE_COUNT)
 
@@ -508,9 +498,17 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
     shapes.insert(0, (req, []))
     ranked: list[tuple[tuple[int, int, int], str]] = []
     seen: set[str] = set()
+    # One slice per node count per class yields the same candidate many times over; the
+    # flags determine the changed request, so each distinct one is shaped only once.
+    laid_for: dict[tuple[str, ...], ShapeVerdict] = {}
+    fits: dict[str, bool] = {}
     for changed, flags in shapes:
         got = changed.total_gpus() or 0
-        laid = shape(_without_needs(changed), slices, (), allow_fragment=False, advise=False)
+        key = tuple(flags)
+        if key not in laid_for:
+            laid_for[key] = shape(_without_needs(changed), slices, (), allow_fragment=False,
+                                  advise=False)
+        laid = laid_for[key]
         if laid.reject is not None:
             continue
         if laid.layout is not None:
@@ -522,9 +520,12 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
         for fixed, more in _resource_fixes(changed, slices, n, per_node):
             if not flags and not more:
                 continue
-            if shape(fixed, slices, (), allow_fragment=False, advise=False).reject is not None:
-                continue
             text = " ".join(flags + more)
+            if text not in fits:
+                fits[text] = shape(fixed, slices, (), allow_fragment=False,
+                                   advise=False).reject is None
+            if not fits[text]:
+                continue
             if text in seen:
                 continue
             seen.add(text)
