@@ -2,9 +2,8 @@
 
 ``plan_*`` are pure: they compare what sacctmgr reports with what the config
 wants and return the sacctmgr commands to run (only the ones that change
-something, when the current QOS settings are known). ``read_accounts`` and
-``ensure_account_tree`` are the I/O around them; ``slurm-ml install`` shows the
-plan as a diff before it runs it.
+something, when the current QOS settings are known). ``read_accounts`` is the I/O
+before them; ``slurm-ml install`` shows the plan as a diff before it runs it.
 """
 
 from __future__ import annotations
@@ -88,17 +87,24 @@ def parse_default_accounts(text: str) -> dict[str, str]:
     return out
 
 
+def modify_qos_list(cluster: str, qos: str, op: str, *, account: str,
+                    user: str | None = None) -> list[str]:
+    """``sacctmgr modify`` adding (``op`` ``+``) or removing (``-``) ``qos`` in the QOS list
+    of an account's association, or of ``user``'s association under it."""
+    where = (["user", "where", f"name={user}", f"account={account}"] if user
+             else ["account", "where", f"name={account}"])
+    return ["sacctmgr", "-i", "modify", *where, f"cluster={cluster}", "set", f"qos{op}={qos}"]
+
+
 def grant_root_qos(cluster: str, qos: str = FREE_QOS) -> list[str]:
     """Add ``qos`` to the root association: every association that inherits its QOS list
     (one created without ``qos=``) gets it. One with a QOS list of its own does not."""
-    return ["sacctmgr", "-i", "modify", "account", "where", "name=root",
-            f"cluster={cluster}", "set", f"qos+={qos}"]
+    return modify_qos_list(cluster, qos, "+", account="root")
 
 
 def revoke_root_qos(cluster: str, qos: str = FREE_QOS) -> list[str]:
     """The undo of :func:`grant_root_qos`."""
-    return ["sacctmgr", "-i", "modify", "account", "where", "name=root",
-            f"cluster={cluster}", "set", f"qos-={qos}"]
+    return modify_qos_list(cluster, qos, "-", account="root")
 
 
 def plan_qos_grant(cluster: str, existing: Sequence[Assoc],
@@ -123,12 +129,7 @@ def plan_qos_grant(cluster: str, existing: Sequence[Assoc],
         parent = by_account.get(a.account if a.user else a.parent)
         if parent is not None and parent.qos is not None and set(parent.qos) == set(a.qos):
             continue  # inherits (from root, in the end): the root grant reaches it
-        if a.user:
-            cmds.append(["sacctmgr", "-i", "modify", "user", "where", f"name={a.user}",
-                         f"account={a.account}", f"cluster={cluster}", "set", f"qos+={qos}"])
-        else:
-            cmds.append(["sacctmgr", "-i", "modify", "account", "where", f"name={a.account}",
-                         f"cluster={cluster}", "set", f"qos+={qos}"])
+        cmds.append(modify_qos_list(cluster, qos, "+", account=a.account, user=a.user or None))
     return cmds
 
 
@@ -272,21 +273,6 @@ def ensure_cluster(run: SlurmRunner, cluster: str) -> bool:
         return False
     run(["sacctmgr", "-i", "add", "cluster", cluster])
     return True
-
-
-def ensure_account_tree(
-    run: SlurmRunner, cluster: str, tree: BudgetTree, qos_specs: Sequence[QosSpec]
-) -> list[list[str]]:
-    """Bring QOS and associations in line with ``tree``; return the commands that ran."""
-    existing_qos = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).split()
-    assoc_text = run(
-        ["sacctmgr", "-n", "-P", "show", "assoc", f"cluster={cluster}",
-         "format=Account,ParentName,User"]
-    )
-    cmds = plan_qos(existing_qos, qos_specs) + plan_tree(cluster, tree, parse_assocs(assoc_text))
-    for cmd in cmds:
-        run(cmd)
-    return cmds
 
 
 def removal_commands(cluster: str, tree: BudgetTree, qos: Sequence[str]) -> list[list[str]]:
