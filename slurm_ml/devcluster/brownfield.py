@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from slurm_ml.slurm.accounts import ensure_cluster, parse_assocs
+from slurm_ml.slurm.accounts import AccountsState, ensure_cluster, read_accounts
 from slurm_ml.slurm.runner import SlurmRunner
 
 Say = Callable[[str], None]
@@ -44,9 +44,9 @@ SITE_SWITCH_LINES = (f"SwitchName=cpuleaf Nodes={CPU_NODE}\n"
                      "SwitchName=site Switches=spine,cpuleaf")
 
 
-def plan_site_accounts(cluster: str, qos_names: list[str], assoc_text: str) -> list[list[str]]:
+def plan_site_accounts(cluster: str, state: AccountsState) -> list[list[str]]:
     """The sacctmgr commands that add what is missing of the site's own part."""
-    assocs = parse_assocs(assoc_text)
+    qos_names, assocs = state.qos, state.assocs
     accounts = {a.account for a in assocs if not a.user}
     users = {(a.user, a.account) for a in assocs if a.user}
     cmds: list[list[str]] = []
@@ -68,10 +68,7 @@ def plan_site_accounts(cluster: str, qos_names: list[str], assoc_text: str) -> l
 def ensure_site_accounts(run: SlurmRunner, cluster: str, say: Say) -> None:
     if ensure_cluster(run, cluster):
         say(f"      registered cluster {cluster} in slurmdbd")
-    qos = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).split()
-    assoc_text = run(["sacctmgr", "-n", "-P", "show", "assoc", f"cluster={cluster}",
-                      "format=Account,ParentName,User"])
-    cmds = plan_site_accounts(cluster, qos, assoc_text)
+    cmds = plan_site_accounts(cluster, read_accounts(run, cluster))
     for cmd in cmds:
         run(cmd)
     if cmds:
