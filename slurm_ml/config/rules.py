@@ -80,8 +80,7 @@ def policy_issues(policy: PolicyConfig, budgets: BudgetTree | None) -> list[Conf
                 "those"))
     if budgets is not None:
         n = associations(budgets)
-        top = max(fs.site_factor_max, n * fs.site_factor_step)
-        highest = top + fs.short_job_boost + w.others()
+        highest = fs.top_band(n) + fs.short_job_boost + w.others()
         if highest >= w.qos:
             issues.append(ConfigIssue(
                 "policy.priority_weights.qos",

@@ -84,6 +84,12 @@ class FairshareConfig:
     short_job_min_runtime_min: float = knob(15.0, ge(0))
     short_job_time_limit_min: float = knob(60.0, ge(0))
 
+    def top_band(self, ranks: int) -> int:
+        """The SiteFactor band of rank 1 among ``ranks``: every lower rank is a step less,
+        and the lowest stays at least one step (the reconciler's bands and the config's
+        QOS rule both read it from here)."""
+        return max(self.site_factor_max, ranks * self.site_factor_step)
+
 
 @dataclass(frozen=True, slots=True)
 class PriorityWeightsConfig:

@@ -138,8 +138,7 @@ def capacity_billing_gpus(cfg: Config) -> float:
 
 def band(rank: int, ranks: int, cfg: FairshareConfig) -> int:
     """The SiteFactor band of ``rank`` among ``ranks``: top - (rank-1) x step, never < step."""
-    top = max(cfg.site_factor_max, ranks * cfg.site_factor_step)
-    return top - (rank - 1) * cfg.site_factor_step
+    return cfg.top_band(ranks) - (rank - 1) * cfg.site_factor_step
 
 
 def is_short_job(min_runtime_min: float | None, time_limit_min: float | None,
