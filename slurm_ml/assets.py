@@ -16,6 +16,7 @@ A leaf: stdlib and :mod:`slurm_ml.envvars` only, importable from every layer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from slurm_ml.envvars import env
@@ -61,6 +62,13 @@ def asset_path(*parts: str, strict: bool = True) -> Path:
         raise AssetNotFound(rel.as_posix(), [path],
                             "reinstall slurm-ml (the package ships it in slurm_ml/share/)")
     return path
+
+
+def config_path(option: str | Path | None, *, default: Path = DEFAULT_CONFIG,
+                environ: Mapping[str, str] | None = None) -> Path:
+    """The slurm-ml.yaml a command or hook reads: ``option`` (``--config``), else
+    ``$SLURM_ML_CONFIG``, else ``default``."""
+    return Path(option or env("SLURM_ML_CONFIG", environ) or default)
 
 
 def conf_dir() -> Path:

@@ -16,16 +16,10 @@ from typing import Any, NoReturn
 import click
 
 from slurm_ml import assets
-from slurm_ml.envvars import env
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
 # slurm_ml/share/slurm-ml.yaml: package data, the same file in a checkout and a wheel.
 DEFAULT_CONFIG = assets.DEFAULT_CONFIG
-
-
-def config_file(option: str | None, default: Path = DEFAULT_CONFIG) -> Path:
-    """The config a command reads: ``--config``, else ``$SLURM_ML_CONFIG``, else ``default``."""
-    return Path(option or env("SLURM_ML_CONFIG") or default)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:

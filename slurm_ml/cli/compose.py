@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
+from slurm_ml import assets
 from slurm_ml.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_NOT_READY,
-    config_file,
     fail,
     load_config_or_exit,
 )
@@ -57,7 +57,7 @@ def devcluster_container(role: str, config_path: str | None, node: str | None,
     from slurm_ml.slurm.render import TemplateError
     from slurm_ml.store.errors import StoreError
 
-    path = config_file(config_path, CONFIG_PATH)
+    path = assets.config_path(config_path, default=CONFIG_PATH)
     cfg = load_config_or_exit(path)
     name = node or socket.gethostname().split(".")[0]
     if role == "node" and name not in cfg.all_nodes():

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
+from slurm_ml import assets
 from slurm_ml.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
-    config_file,
     emit,
     fail,
     load_config_or_exit,
@@ -89,7 +89,7 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     from slurm_ml.store.leader import PgLeaderLock
     from slurm_ml.store.migrate import migrate
 
-    path = config_file(config_path)
+    path = assets.config_path(config_path)
     cfg = load_config_or_exit(path)
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("slurm_ml").setLevel(logging.INFO)
@@ -171,7 +171,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = load_config_or_exit(config_file(config_path))
+    cfg = load_config_or_exit(assets.config_path(config_path))
     now = int(time.time())
     click.echo("reading slurmctld and slurmdbd ...", err=True)
     try:
@@ -226,7 +226,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
-    cfg = load_config_or_exit(config_file(config_path))
+    cfg = load_config_or_exit(assets.config_path(config_path))
     slurm = _slurm(cfg)
     now = int(time.time())
     try:

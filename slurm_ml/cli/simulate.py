@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli.common import EXIT_BAD_INPUT, config_file, emit, fail, load_config_or_exit
+from slurm_ml import assets
+from slurm_ml.cli.common import EXIT_BAD_INPUT, emit, fail, load_config_or_exit
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")
 
@@ -81,7 +82,7 @@ def sim_cmd(*, config_path: str | None, spec: str, policies: tuple[str, ...], st
     from slurm_ml.sim.metrics import compare, summarize, targets
     from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE
 
-    base = load_config_or_exit(config_file(config_path))
+    base = load_config_or_exit(assets.config_path(config_path))
     if scale is not None and demand is not None:
         fail("give --scale or --demand, not both", EXIT_BAD_INPUT)
     try:

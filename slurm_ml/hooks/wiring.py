@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from slurm_ml import envvars
+from slurm_ml import assets, envvars
 from slurm_ml.config import Config, load_config
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.probe_devfiles import DeviceFileProcesses
@@ -125,7 +125,7 @@ class HookSettings:
             return Path(value) if value else None
 
         return cls(
-            config_path=Path(config) if config else path("SLURM_ML_CONFIG") or default_config,
+            config_path=assets.config_path(config, default=default_config, environ=env),
             dsn=dsn or envvars.env("SLURM_ML_DSN", env),
             spool_dir=path("SLURM_ML_SPOOL_DIR"),
             replay_dir=path("SLURM_ML_REPLAY_DIR"),
