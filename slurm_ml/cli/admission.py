@@ -126,7 +126,7 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
             script = sys.stdin.read()
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read the batch script: {exc}", EXIT_BAD_INPUT)
-    if dsn or cfg.store.dsn or env("SLURM_ML_DSN"):
+    if cfg.store.resolve_dsn(dsn):
         store = open_store(cfg, dsn)
     else:  # one plain line for a researcher, not submitd's log warning
         click.echo("slurm-ml: note: no database configured (store.dsn / $SLURM_ML_DSN); "

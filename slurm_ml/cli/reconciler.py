@@ -22,7 +22,6 @@ from slurm_ml.cli.common import (
     fail,
     load_config_or_exit,
 )
-from slurm_ml.envvars import env
 
 
 def _config_opt(f: Any) -> Any:
@@ -38,7 +37,7 @@ def _dsn_opt(f: Any) -> Any:
 
 
 def _dsn(cfg: Any, dsn: str | None) -> str:
-    return dsn or env("SLURM_ML_DSN") or cfg.store.dsn
+    return str(cfg.store.resolve_dsn(dsn))
 
 
 def _slurm(cfg: Any) -> Any:

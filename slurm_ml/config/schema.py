@@ -25,6 +25,7 @@ from slurm_ml.config.checks import (
     percent,
     slurm_weight,
 )
+from slurm_ml.envvars import env
 from slurm_ml.model import BudgetTree, GpuType, NodeClass
 
 __all__ = [
@@ -216,6 +217,11 @@ class StoreConfig:
     # Writes made while PostgreSQL is down land here first. (Path is immutable: RUF009 is moot.)
     spool_dir: Path = knob(_SPOOL_DIR, absolute)  # noqa: RUF009
     connect_timeout_s: float = knob(5.0, gt(0))  # PostgreSQL connect timeout
+
+    def resolve_dsn(self, option: str | None = None) -> str:
+        """The DSN to use: ``--dsn``, else ``$SLURM_ML_DSN`` (slurm-ml.env, which install
+        writes and systemd's EnvironmentFile reads), else ``store.dsn``; "" for none."""
+        return option or env("SLURM_ML_DSN") or self.dsn
 
 
 # --------------------------------------------------------------------------- cluster

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from slurm_ml.config import Config
-from slurm_ml.envvars import env
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.store.errors import StoreError
@@ -21,9 +20,7 @@ DEFAULT_SOCKET = Path("/run/slurm-ml/submitd.sock")
 
 def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
     """The configured PostgreSQL store, or None (admission then runs without state)."""
-    # The same order as the daemon and the hooks: the environment (slurm-ml.env, which
-    # install writes and systemd's EnvironmentFile reads) before the config file.
-    target = dsn or env("SLURM_ML_DSN") or cfg.store.dsn
+    target = cfg.store.resolve_dsn(dsn)
     if not target:
         log.warning("no database configured (store.dsn / $SLURM_ML_DSN): admission runs "
                     "without budget standing or GPU memory profiles")
