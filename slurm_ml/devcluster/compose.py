@@ -62,7 +62,6 @@ from slurm_ml.devcluster.cluster import (
     DevCluster,
 )
 from slurm_ml.devcluster.layout import Layout, Ports
-from slurm_ml.envvars import env
 from slurm_ml.slurm import render
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.submitd.client import ask
@@ -344,7 +343,7 @@ class Role:
         cluster = self.cluster
         cluster._users()
         cluster._gpu_devices()
-        data = Path(env("SLURM_ML_GPU_DATA") or GPU_DATA)
+        data = node_health.gpu_data_dir(GPU_DATA)
         try:
             node_health.sync_healthy(self.cfg, lay, data=data)
         except platform.DevClusterError as exc:  # no data kit: the checks flag probe.failed

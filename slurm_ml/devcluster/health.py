@@ -75,13 +75,15 @@ FAULT_FILE = ".fault"
 HOOK_TIMEOUT_S = 50
 
 
-def gpu_data_dir() -> Path:
-    """The real captures: ``$SLURM_ML_GPU_DATA``, else the checkout's ``data/gpu`` (origins
-    in ``data/SOURCES.md``). The wheel does not ship them: an installed package without
-    the variable is a DevClusterError saying so."""
+def gpu_data_dir(default: Path | None = None) -> Path:
+    """The real captures: ``$SLURM_ML_GPU_DATA``, else ``default``, else the checkout's
+    ``data/gpu`` (origins in ``data/SOURCES.md``). The wheel does not ship them: an
+    installed package with neither is a DevClusterError saying so."""
     value = env("SLURM_ML_GPU_DATA")
     if value:
         return Path(value)
+    if default is not None:
+        return default
     root = checkout_root()
     if root is None:
         raise DevClusterError("the dev cluster's GPU captures come with a source checkout "

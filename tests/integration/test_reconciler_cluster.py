@@ -24,7 +24,6 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from slurm_jobs import show, wait_state
 
@@ -119,15 +118,9 @@ def explain(cfg_path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def dsn(admin_dsn: str) -> Iterator[str]:
+def dsn(pg_module_dsn: str) -> str:
     """A fresh database: the daemon's snapshots must not leak into submitd's."""
-    name = f"t_daemon_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield make_conninfo(admin_dsn, dbname=name)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+    return pg_module_dsn
 
 
 def write_config(path: Path, **policy: dict[str, Any]) -> Path:
