@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_ml.gres import parse_item, untyped
+from slurm_ml.gres import gpu_items, parse_item, untyped
 from slurm_ml.model import GpuRequest
 from slurm_ml.policy.admission import AdmissionDecision
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
@@ -136,14 +135,11 @@ def _amount(job: Mapping[str, Any], key: str) -> int | None:
     return _num(job, key)
 
 
-_PER_GPU = re.compile(r"(?:^|,)\s*(?:gres[:/])?gpu(?::[^:,=]+)?[:=](?P<n>\d+)\s*(?:,|$)")
-
-
 def _per_gpu(job: Mapping[str, Any], key: str) -> int | None:
-    """``gres:gpu:16`` (cpus_per_tres, mem_per_tres; ``gres/`` on 23.11+) → 16."""
-    spec = _text(job, key)
-    m = _PER_GPU.search(spec) if spec else None
-    return int(m["n"]) if m else None
+    """``gres:gpu:16`` (cpus_per_tres, mem_per_tres; ``gres/`` on 23.11+) → 16, read with
+    the one GRES grammar (:mod:`slurm_ml.gres`)."""
+    items = gpu_items(_text(job, key) or "")
+    return items[0].count if items else None
 
 
 def gres_prefix(job: Mapping[str, Any]) -> str:
