@@ -82,12 +82,12 @@ def audit_entry(key: str = "a1", *, minutes: float = 0, **fields: Any) -> AuditE
     return AuditEntry(**(base | fields))
 
 
-def store_with(records: Iterable[Record] = (), store: FakeStore | None = None) -> FakeStore:
-    """A FakeStore (or ``store``) holding ``records``, written in order."""
-    fake = FakeStore() if store is None else store
+def store_with(records: Iterable[Record] = (), store: Any = None) -> Any:
+    """A FakeStore, or ``store`` (any Store), holding ``records``, written in order."""
+    target = FakeStore() if store is None else store
     for r in records:
-        write_record(fake, r)
-    return fake
+        write_record(target, r)
+    return target
 
 
 def one_of_each(tag: str = "", t0: datetime = T0) -> list[Record]:

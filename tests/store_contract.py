@@ -30,10 +30,12 @@ from builders import (
     health_event,
     job_gpu_stats,
     one_of_each,
+    store_with,
     util_sample,
 )
 
 from slurm_ml.store import (
+    RECORD_TYPES,
     AuditEntry,
     BudgetSnapshot,
     DrainResult,
@@ -46,24 +48,15 @@ from slurm_ml.store import (
     SpoolingStore,
     Store,
     StoreError,
-    UtilSample,
     WriteOutcome,
     write_record,
 )
 from slurm_ml.store.profiles import percentile_cont
 
-RECORD_TYPES: tuple[type[Record], ...] = (
-    HealthEvent, JobGpuStats, UtilSample, BudgetSnapshot, ReconcilerDecision, AuditEntry,
-)
+RECORD_CLASSES: tuple[type[Record], ...] = tuple(RECORD_TYPES.values())
 PLUS5 = timezone(timedelta(hours=5))
 RowCount = Callable[[type[Record]], int]
 Read = Callable[[Store], Any]
-
-
-def write_all(store: Store, records: list[Record]) -> Store:
-    for r in records:
-        write_record(store, r)
-    return store
 
 
 def keys(result: list[Any] | dict[str, Any]) -> list[str]:
@@ -209,7 +202,7 @@ class StoreContract:
         for r in one_of_each():
             assert write_record(store, r) is WriteOutcome.LANDED
             assert write_record(store, r) is WriteOutcome.DUPLICATE
-        for cls in RECORD_TYPES:
+        for cls in RECORD_CLASSES:
             assert row_count(cls) == sum(1 for r in one_of_each() if isinstance(r, cls))
 
     def test_closed_store_refuses_use(self, store: Store) -> None:
@@ -287,7 +280,7 @@ class StoreContract:
         assert recovered.drain() == DrainResult(landed=len(records) - 1, duplicates=2,
                                                 remaining=0)
         assert recovered.drain() == DrainResult(0, 0, 0)
-        for cls in RECORD_TYPES:
+        for cls in RECORD_CLASSES:
             assert row_count(cls) == sum(1 for r in records if isinstance(r, cls))
         assert store.recent_health_events() == [records[1], records[0]]  # newest insert first
 
@@ -298,9 +291,9 @@ class StoreContract:
         assert store.latest_budget_snapshots() == []
 
     def test_a_multi_gpu_job_counts_once_with_its_largest_gpu(self, store: Store) -> None:
-        write_all(store, [gpu(1, 30_000, 0, gpu_index=0), gpu(1, 70_000, 0, gpu_index=1, minutes=1),
+        store_with([gpu(1, 30_000, 0, gpu_index=0), gpu(1, 70_000, 0, gpu_index=1, minutes=1),
                           gpu(1, 50_000, 0, gpu_index=2), gpu(2, 10_000, 1, gpu_index=0),
-                          gpu(2, 20_000, 1, gpu_index=1)])
+                          gpu(2, 20_000, 1, gpu_index=1)], store)
         # per-job peaks 70_000 and 20_000 -> 20_000 + 0.95 * 50_000
         (profile,) = store.gpu_mem_profiles()
         assert (profile.user, profile.job_name, profile.runs) == ("alice", "train", 2)
@@ -311,7 +304,7 @@ class StoreContract:
         # written out of time order: recency is by ended_at, not by insertion
         old_big = [gpu(j, 90_000, hours=j) for j in range(1, 4)]
         new_small = [gpu(j, 1_000 * j, hours=10 + j) for j in range(10, 15)]
-        write_all(store, [*new_small, *old_big])
+        store_with([*new_small, *old_big], store)
         assert_same_profiles(store.gpu_mem_profiles(runs=5), [GpuMemProfile(
             "alice", "train", percentile_cont([10e3, 11e3, 12e3, 13e3, 14e3], 0.95), 5)])
         assert_same_profiles(store.gpu_mem_profiles(runs=1),
@@ -323,10 +316,10 @@ class StoreContract:
     def test_a_job_is_as_recent_as_its_last_gpu_and_ties_go_to_the_later_insert(
         self, store: Store
     ) -> None:
-        write_all(store, [gpu(1, 5_000, hours=0, gpu_index=0),
+        store_with([gpu(1, 5_000, hours=0, gpu_index=0),
                           gpu(1, 5_000, hours=9, gpu_index=1),  # job 1 ended at hour 9
                           gpu(2, 7_000, hours=5),
-                          gpu(3, 8_000, hours=9)])  # same end as job 1, written later
+                          gpu(3, 8_000, hours=9)], store)  # same end as job 1, written later
         assert_same_profiles(store.gpu_mem_profiles(runs=1),
                              [GpuMemProfile("alice", "train", 8_000.0, 1)])
         (two,) = store.gpu_mem_profiles(runs=2)
@@ -334,12 +327,12 @@ class StoreContract:
         assert two.p95_mem_mb == pytest.approx(5_000 + 0.95 * 3_000)
 
     def test_one_profile_per_user_and_job_name_sorted(self, store: Store) -> None:
-        write_all(store, [gpu(1, 40_000, 0, user="bob", name="eval"),
+        store_with([gpu(1, 40_000, 0, user="bob", name="eval"),
                           gpu(2, 10_000, 0, user="alice", name="train"),
                           gpu(3, 30_000, 1, user="alice", name="train"),
                           gpu(4, 20_000, 0, user="alice", name="eval"),
                           gpu(5, 50_000, 0, user="alice", name=""),
-                          gpu(6, 60_000, 0, user="Zoe", name="train")])
+                          gpu(6, 60_000, 0, user="Zoe", name="train")], store)
         got = store.gpu_mem_profiles()
         assert [(p.user, p.job_name, p.runs) for p in got] == [
             ("Zoe", "train", 1),  # code-point order, like Python's sorted(), on any collation
@@ -351,9 +344,9 @@ class StoreContract:
         assert [p.p95_mem_mb for p in got] == pytest.approx([60e3, 50e3, 20e3, 29e3, 40e3])
 
     def test_same_job_id_under_another_name_is_another_job(self, store: Store) -> None:
-        write_all(store, [gpu(7, 10_000, 0, name="a"),
+        store_with([gpu(7, 10_000, 0, name="a"),
                           job_gpu_stats("other", job_id=7, job_name="b", node="gpu02",
-                                        peak_mem_mb=99_000, mean_util_pct=1.0)])
+                                        peak_mem_mb=99_000, mean_util_pct=1.0)], store)
         assert_same_profiles(store.gpu_mem_profiles(), [
             GpuMemProfile("alice", "a", 10_000.0, 1),
             GpuMemProfile("alice", "b", 99_000.0, 1),
@@ -364,7 +357,7 @@ class StoreContract:
         for j in range(1, 21):  # peaks 1000..20000 MB, the first GPU of each job is smaller
             records += [gpu(j, 500, hours=j, gpu_index=0), gpu(j, 1000 * j, hours=j, gpu_index=1)]
         records.append(gpu(99, 10**6, hours=-24))  # a 21st job, the oldest
-        write_all(store, records)
+        store_with(records, store)
         (p20,) = store.gpu_mem_profiles(20)
         assert (p20.user, p20.job_name, p20.runs) == ("alice", "train", 20)
         assert p20.p95_mem_mb == pytest.approx(19_050.0)  # position 18.05: 19000 + 0.05 * 1000
@@ -381,23 +374,23 @@ class StoreContract:
             store.gpu_mem_profiles(runs)
 
     def test_latest_snapshot_per_account_sorted_by_account(self, store: Store) -> None:
-        write_all(store, [snap("v1", "vision", 0), snap("n2", "nlp", 10, usage=2.0),
+        store_with([snap("v1", "vision", 0), snap("n2", "nlp", 10, usage=2.0),
                           snap("n1", "nlp", 5, usage=1.0),  # older, written later
                           snap("v2", "vision", 20), snap("d1", "detection", 1),
-                          snap("D1", "Detection", 1)])
+                          snap("D1", "Detection", 1)], store)
         # code-point order, like Python's sorted(), on any collation
         assert keys(store.latest_budget_snapshots()) == ["D1", "d1", "n2", "v2"]
 
     def test_latest_snapshot_ties_go_to_the_later_insert(self, store: Store) -> None:
-        write_all(store, [snap("first", "nlp", 5), snap("second", "nlp", 5), snap("old", "nlp", 1)])
+        store_with([snap("first", "nlp", 5), snap("second", "nlp", 5), snap("old", "nlp", 1)], store)
         assert keys(store.latest_budget_snapshots()) == ["second"]
 
     def test_spooling_store_passes_profile_and_snapshot_reads_through(
         self, store: Store, tmp_path: Path
     ) -> None:
         spooling = SpoolingStore(store, tmp_path)
-        write_all(spooling, [gpu(1, 10_000, 0), gpu(2, 20_000, 1), snap("a", "nlp", 0),
-                             snap("b", "nlp", 1)])
+        store_with([gpu(1, 10_000, 0), gpu(2, 20_000, 1), snap("a", "nlp", 0),
+                             snap("b", "nlp", 1)], spooling)
         assert not spooling.has_pending()
         assert spooling.gpu_mem_profiles() == store.gpu_mem_profiles()
         assert_same_profiles(spooling.gpu_mem_profiles(runs=1),
@@ -411,18 +404,18 @@ class StoreContract:
 
     @pytest.mark.parametrize(("read", "expected"), WINDOW_READS)
     def test_window_reads(self, store: Store, read: Read, expected: list[str]) -> None:
-        assert keys(read(write_all(store, WINDOW_RECORDS))) == expected
+        assert keys(read(store_with(WINDOW_RECORDS, store))) == expected
 
     @pytest.mark.parametrize(("read", "expected"), WINDOW_READS)
     def test_spooling_store_window_reads_pass_through(
         self, store: Store, read: Read, expected: list[str], tmp_path: Path
     ) -> None:
-        spooling = write_all(SpoolingStore(store, tmp_path), WINDOW_RECORDS)
+        spooling = store_with(WINDOW_RECORDS, SpoolingStore(store, tmp_path))
         assert read(spooling) == read(store)
         assert keys(read(spooling)) == expected
 
     def test_window_reads_return_the_records_written(self, store: Store) -> None:
-        write_all(store, WINDOW_RECORDS)
+        store_with(WINDOW_RECORDS, store)
         assert store.util_samples_since(T0, [9]) == [util_sample("u4", job_id=9, minutes=10)]
         assert store.decisions_since(at(5), ["zombie_warn"]) == [
             window_decision("d2", "zombie_warn", 5)]
@@ -434,7 +427,7 @@ class StoreContract:
 
     def test_window_ties_go_to_the_earlier_insert(self, store: Store) -> None:
         records: list[Record] = [util_sample(f"tie{i}", job_id=7, gpu_index=i) for i in (3, 1, 2)]
-        write_all(store, records)
+        store_with(records, store)
         assert store.util_samples_since(T0, [7]) == records
 
     def test_empty_store_window_reads(self, store: Store) -> None:
