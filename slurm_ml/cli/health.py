@@ -28,33 +28,51 @@ def health() -> None:
 
 
 @health.command("check")
-@click.option("--from-nvidia-smi", "capture_dir", required=True, metavar="DIR",
+@click.argument("paths", nargs=-1, metavar="[PATH]...", type=click.Path())
+@click.option("--from-nvidia-smi", "capture_dir", default=None, metavar="DIR",
               type=click.Path(file_okay=False),
-              help="Directory of captures: nvidia-smi -q [-x], topo -m, nvlink -s/-e, dmesg.")
+              help="A directory of captures (the same as giving it as PATH).")
 @click.option("--node", default=None, help="Node name; its class comes from the config.")
 @click.option("--class", "node_class", default=None, metavar="NODECLASS",
               help="Node class whose expectations apply (wins over --node).")
+@click.option("--gpu-model", default=None, metavar="NAME",
+              help="The GPU model (e.g. 'H100 NVL') when the captures do not name it; its "
+                   "healthy shape comes from the model table.")
+@click.option("--gpus", type=click.IntRange(min=0), default=None, metavar="N",
+              help="GPUs the node should have, when no --class says so (a GPU missing "
+                   "from every capture is then found).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="slurm-ml.yaml for --class/--node (default slurm_ml/share/slurm-ml.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def health_check(capture_dir: str, node: str | None, node_class: str | None,
+def health_check(*, paths: tuple[str, ...], capture_dir: str | None, node: str | None,
+                 node_class: str | None, gpu_model: str | None, gpus: int | None,
                  config_path: str | None, as_json: bool) -> None:
-    """Check a node from its captures, without NVML.
+    """Check one node from its captures, without NVML.
 
-    Without --class or --node the expectations are inferred from the captures (GPU
-    count, NVLink links, topology): only a GPU unlike its peers is caught then.
+    PATH: capture files and directories of them, in any mix: nvidia-smi -q [-x], the
+    plain nvidia-smi table, nvidia-smi topo -m, nvidia-smi nvlink -s/-e/-c, dcgmi nvlink
+    -s, kernel logs (dmesg, journalctl, syslog).
+
+    Without --class or --node the expectations come from the GPU model (named in the
+    captures, or by --gpu-model): NVLink links and bridged pairs; an unknown model is
+    judged against its peers, which only catches a GPU unlike the others.
 
     Exit codes: 0 healthy (no drain finding); 1 a drain finding; 2 bad input
-    (unreadable capture, unknown class or node, invalid config).
+    (unreadable capture, unknown class, node or model, invalid config).
     """
     from slurm_ml.health.replay.errors import CaptureError
     from slurm_ml.health.report import HealthInputError, check_captures
 
+    items = list(paths) + ([capture_dir] if capture_dir is not None else [])
+    if not items:
+        fail("name the captures to check: slurm-ml health check PATH... "
+             "(files or directories)", EXIT_BAD_INPUT)
     cfg = None
     if config_path is not None or node_class is not None or node is not None:
         cfg = load_config_or_exit(config_path or DEFAULT_CONFIG)
     try:
-        report = check_captures(capture_dir, node=node, node_class=node_class, config=cfg)
+        report = check_captures(items, node=node, node_class=node_class, config=cfg,
+                                gpu_model=gpu_model, gpus=gpus)
     except (CaptureError, HealthInputError) as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     emit(report.as_dict(), as_json, report.render())

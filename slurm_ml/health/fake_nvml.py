@@ -3,7 +3,8 @@
 
 Each reading of the snapshot becomes what NVML would answer: a value is returned,
 ``NOT_SUPPORTED`` raises ``NVMLError_NotSupported``, ``None`` (the capture did not show
-it) raises ``missing`` (default ``NVML_ERROR_UNKNOWN``; ``GPU_IS_LOST`` /
+it) raises ``missing`` (default ``NVML_ERROR_NOT_FOUND``: "not read", which the checks
+flag as the probe's gap; ``UNKNOWN`` would be a fault of the GPU; ``GPU_IS_LOST`` /
 ``RESET_REQUIRED`` for a GPU whose ``errors`` say so). NVLink: the links of
 ``Gpu.nvlinks`` answer, a gap between them is NOT_SUPPORTED, past the last one is
 INVALID_ARGUMENT (as on hardware); ``nvlinks=()`` makes link 0 INVALID_ARGUMENT. The
@@ -98,7 +99,7 @@ class FakeNvml:
         self,
         snapshot: NodeSnapshot,
         *,
-        missing: int = ERROR_UNKNOWN,
+        missing: int = ERROR_NOT_FOUND,
         max_links: int = NVLINK_MAX_LINKS,
         hang_limit_s: float = 60.0,
     ) -> None:

@@ -1,4 +1,5 @@
-"""Xids from the live kernel log, added to another probe's snapshot.
+"""Xids and other GPU kernel messages from the live kernel log, added to another
+probe's snapshot (the same readers a replayed capture goes through).
 
 NVML keeps no Xid history, so on a real node the Xid checks read ``dmesg`` (root, as the
 prolog runs). A log that cannot be read leaves ``xids`` unread (a ``probe.missing`` flag),
@@ -12,6 +13,7 @@ from collections.abc import Callable, Collection
 
 from slurm_ml import proc
 from slurm_ml.health.probe import GpuProbe
+from slurm_ml.health.replay.kernel import parse_kernel_events
 from slurm_ml.health.replay.xid import parse_xids
 from slurm_ml.health.snapshot import NodeSnapshot, bus_key
 
@@ -43,7 +45,9 @@ class KernelLogXids:
         if text is None:
             return snap
         events = parse_xids(text)
-        if gpus is not None:  # the job's GPUs only: another GPU's Xid is not this job's
+        kernel = parse_kernel_events(text)
+        if gpus is not None:  # the job's GPUs only: another GPU's message is not this job's
             mine = {k for g in snap.gpus if (k := bus_key(g.pci_bus_id)) is not None}
             events = tuple(e for e in events if bus_key(e.pci_bus_id) in mine)
-        return dataclasses.replace(snap, xids=events)
+            kernel = tuple(e for e in kernel if bus_key(e.pci_bus_id) in mine)
+        return dataclasses.replace(snap, xids=events, kernel_events=kernel)

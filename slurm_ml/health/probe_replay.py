@@ -49,7 +49,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from slurm_ml.health.replay.dcgmi_nvlink import (
+    looks_like_dcgmi_link_status,
+    parse_dcgmi_link_status,
+)
 from slurm_ml.health.replay.errors import CaptureError
+from slurm_ml.health.replay.kernel import (
+    looks_like_fabricmanager_log,
+    parse_fabricmanager_log,
+    parse_kernel_events,
+)
 from slurm_ml.health.replay.nvlink import (
     NvLinkCounters,
     merge_links,
@@ -58,9 +67,10 @@ from slurm_ml.health.replay.nvlink import (
     parse_nvlink_status,
 )
 from slurm_ml.health.replay.smi_q import parse_smi_q
+from slurm_ml.health.replay.smi_table import looks_like_smi_table, parse_smi_table
 from slurm_ml.health.replay.topo import parse_topo_matrix
 from slurm_ml.health.replay.xid import parse_xids
-from slurm_ml.health.snapshot import Gpu, NodeSnapshot, NvLink, XidEvent, bus_key
+from slurm_ml.health.snapshot import Gpu, KernelEvent, NodeSnapshot, NvLink, XidEvent, bus_key
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -72,6 +82,9 @@ __all__ = [
 
 CaptureKind = Literal[
     "smi_q",
+    "smi_table",
+    "dcgmi_nvlink",
+    "fabricmanager",
     "topo",
     "nvlink_status",
     "nvlink_counters",
@@ -87,13 +100,25 @@ _SMI_BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$", re.MULTILINE)
 _SMI_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$",
                       re.MULTILINE)
 _SMI_TOP = re.compile(r"^Attached GPUs +: ", re.MULTILINE)
-_KERNEL_EVENT = re.compile(r"NVRM: Xid \(|SXid \(")
+_KERNEL_EVENT = re.compile(r"NVRM: |SXid \(|\bnvidia: probe of |\bnvidia [0-9a-fA-F]{4}:"
+                           r"[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: ")
+#: One ``nvidia-smi -q`` section pasted on its own: its title, then padded "key : value".
+_SMI_SECTION = re.compile(
+    r"^\s*(?:ECC Errors|Retired Pages|Remapped Rows|Fabric|GPU Reset Status|PCI|GPU Link Info"
+    r"|Inforom Version|Double Bit|Single Bit|Aggregate|Volatile|Clocks Event Reasons"
+    r"|Clocks Throttle Reasons|Temperature|Power Readings|Product Name +: .*)\s*$",
+    re.MULTILINE)
+_SMI_KV = re.compile(r"^ *\S[^:\n]*? {2,}: ", re.MULTILINE)
+#: What nvidia-smi prints instead of output when it cannot reach a GPU or the driver.
+_SMI_MESSAGE = re.compile(r"Unable to determine the device handle|^\s*No devices were found"
+                          r"|infoROM is corrupted at gpu|Failed to initialize NVML"
+                          r"|NVIDIA-SMI has failed", re.MULTILINE | re.IGNORECASE)
 _TOPO_HEADER = re.compile(r"^[ \t]*GPU0[ \t]+(?:GPU1|NIC0|mlx\d+_\d+|CPU|NUMA)\b", re.MULTILINE)
 _NVLINK_HEADER = re.compile(r"^GPU (\d{1,4}): ?(.*?)\s*$", re.MULTILINE)
 _NVLINK_UUID = re.compile(r"^(.*?)\s*\(UUID: ?([^()]+)\)$")
 _NVLINK_STATUS = re.compile(
     r"^\s*Link \d{1,3}: *(?:\d+(?:\.\d+)? *[GM]B/s|<inactive>)\s*$|all links are inactive",
-    re.MULTILINE,
+    re.MULTILINE | re.IGNORECASE,
 )
 _NVLINK_CAP = re.compile(r"^\s*Link \d{1,3}, [^:\n]+: *(?:true|false)\s*$",
                          re.MULTILINE | re.IGNORECASE)
@@ -102,7 +127,7 @@ _NVLINK_COUNTER = re.compile(r"^\s*Link \d{1,3}: *[^:\n]+: *\S+", re.MULTILINE)
 #: ``kern  :warn  :`` (dmesg --decode), an ISO time (dmesg --time-format iso, journald),
 #: ``Feb 23 16:24:18 host kernel:`` (syslog), ``kernel:`` (journalctl -k -o cat).
 _KERNEL_LINE = re.compile(
-    r"^\s*(?:\[\s*\d+\.\d+\]|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) |kern\s*:|"
+    r"^\s*(?:\[\s*\+?\d+\.\d+\]|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) |kern\s*:|"
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}\S*\s|"
     r"[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ kernel:|kernel:)"
 )
@@ -110,9 +135,6 @@ _KERNEL_LINE = re.compile(
 _NOT_READ: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|"),
      "dcgmi diag output (run checks on nvidia-smi -q instead)"),
-    (re.compile(r"NVIDIA-SMI \d"), "the plain nvidia-smi table (capture nvidia-smi -q)"),
-    (re.compile(r"\[(?:INFO|ERROR|WARNING)\] \[tid \d+\]"),
-     "a Fabric Manager log (its NVSwitch errors are not read)"),
 )
 
 
@@ -130,8 +152,14 @@ def classify(text: str) -> CaptureKind | None:
         return "kernel_log"
     if _SMI_BANNER.search(text) or _SMI_GPU.search(text) or _SMI_TOP.search(text):
         return "smi_q"
+    if looks_like_smi_table(text) or _SMI_MESSAGE.search(text):
+        return "smi_table"
+    if looks_like_dcgmi_link_status(text):
+        return "dcgmi_nvlink"
     if _TOPO_HEADER.search(text):
         return "topo"
+    if _SMI_SECTION.search(text) and len(_SMI_KV.findall(text)) >= 2:
+        return "smi_q"
     if _NVLINK_HEADER.search(text):
         if _NVLINK_STATUS.search(text):
             return "nvlink_status"
@@ -143,6 +171,8 @@ def classify(text: str) -> CaptureKind | None:
     kernel = sum(1 for line in lines if _KERNEL_LINE.match(line))
     if lines and 2 * kernel >= len(lines):
         return "kernel_log"
+    if looks_like_fabricmanager_log(text):
+        return "fabricmanager"
     return None
 
 
@@ -162,11 +192,13 @@ def _unknown(name: str, text: str) -> CaptureError:
 @dataclass
 class _Parts:
     smi: tuple[str, NodeSnapshot] | None = None
+    tables: list[tuple[str, NodeSnapshot]] = field(default_factory=list)
     topo: tuple[str, dict[tuple[int, int], str], tuple[int, ...]] | None = None
     status: dict[int, tuple[str, tuple[NvLink, ...]]] = field(default_factory=dict)
     counters: dict[int, dict[int, tuple[str, NvLinkCounters]]] = field(default_factory=dict)
     headers: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
     xids: list[XidEvent] | None = None
+    kernel: list[KernelEvent] | None = None
 
 
 def _headers(name: str, text: str, parts: _Parts) -> None:
@@ -189,6 +221,16 @@ def _add(name: str, text: str, kind: CaptureKind, parts: _Parts) -> None:
             raise CaptureError(f"{name}: a second nvidia-smi -q capture beside "
                                f"{parts.smi[0]}; one node's captures go in one directory")
         parts.smi = (name, parse_smi_q(text))
+    elif kind == "smi_table":
+        parts.tables.append((name, parse_smi_table(text)))
+    elif kind == "fabricmanager":
+        parts.kernel = (parts.kernel or []) + list(parse_fabricmanager_log(text))
+    elif kind == "dcgmi_nvlink":
+        for gpu, links in parse_dcgmi_link_status(text).items():
+            seen = parts.status.get(gpu)
+            if seen is not None and seen[1] != links:
+                raise CaptureError(f"{name}: GPU {gpu}'s NVLink status differs from {seen[0]}'s")
+            parts.status[gpu] = (name, links)
     elif kind == "topo":
         matrix = parse_topo_matrix(text)
         if matrix.kind != "connection":
@@ -223,6 +265,7 @@ def _add(name: str, text: str, kind: CaptureKind, parts: _Parts) -> None:
         parse_nvlink_capabilities(text)  # validated; says nothing about health
     elif kind == "kernel_log":
         parts.xids = (parts.xids or []) + list(parse_xids(text))
+        parts.kernel = (parts.kernel or []) + list(parse_kernel_events(text))
 
 
 def _merge_counters(a: NvLinkCounters, b: NvLinkCounters) -> NvLinkCounters | None:
@@ -241,6 +284,34 @@ def _merge_counters(a: NvLinkCounters, b: NvLinkCounters) -> NvLinkCounters | No
         elif y is not None and x != y:
             return None
     return dataclasses.replace(a, **changes)  # type: ignore[arg-type]
+
+
+def _with_tables(smi: tuple[str, NodeSnapshot] | None,
+                 tables: list[tuple[str, NodeSnapshot]]) -> tuple[str, NodeSnapshot]:
+    """The ``-q`` capture with what plain tables add (their GPUs' errors, by bus id, and
+    node errors); without a ``-q`` capture, the first table is the base. A table GPU the
+    base lacks is added at the table's index."""
+    base_name, base = smi if smi is not None else tables[0]
+    rest = tables if smi is not None else tables[1:]
+    gpus = list(base.gpus)
+    errors = list(base.errors)
+    for name, table in rest:
+        errors += [e for e in table.errors if e not in errors]
+        for tg in table.gpus:
+            key = bus_key(tg.pci_bus_id)
+            at = next((i for i, g in enumerate(gpus)
+                       if key is not None and bus_key(g.pci_bus_id) == key), None)
+            if at is None:
+                at = next((i for i, g in enumerate(gpus) if key is None
+                           and g.index == tg.index), None)
+            if at is None:
+                gpus.append(tg)
+                continue
+            extra = tuple(e for e in tg.errors if e not in gpus[at].errors)
+            gpus[at] = dataclasses.replace(gpus[at], errors=gpus[at].errors + extra)
+        del name
+    return base_name, dataclasses.replace(base, gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+                                          errors=tuple(errors))
 
 
 def _known_count(smi: NodeSnapshot | None) -> int | None:
@@ -268,6 +339,8 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
             raise CaptureError(msg if msg.startswith(f"{name}:") else f"{name}: {msg}") from exc
         names.append(name)
 
+    if parts.tables:
+        parts.smi = _with_tables(parts.smi, parts.tables)
     smi_name, smi = parts.smi if parts.smi is not None else ("", None)
     known = _known_count(smi)
     gpus: dict[int, Gpu] = {g.index: g for g in smi.gpus} if smi is not None else {}
@@ -305,6 +378,7 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
         gpus=tuple(gpus[i] for i in sorted(gpus)),
         topology=topology,
         xids=None if parts.xids is None else tuple(parts.xids),
+        kernel_events=None if parts.kernel is None else tuple(parts.kernel),
         source="replay:" + ",".join(names),
     )
 
@@ -345,6 +419,27 @@ class ReplayProbe:
             raise CaptureError(f"{root}: no capture files in the directory")
         return cls.from_files(files)
 
+    @classmethod
+    def from_paths(cls, paths: Iterable[str | Path]) -> ReplayProbe:
+        """Files and directories in any mix (one node's captures): a directory gives its
+        files as :meth:`from_dir` does, in name order; files are read as given."""
+        files: list[Path] = []
+        for item in (Path(p) for p in paths):
+            if item.is_dir():
+                try:
+                    entries = sorted(item.iterdir(), key=lambda p: p.name)
+                except OSError as exc:
+                    raise CaptureError(f"{item}: cannot list the directory: "
+                                       f"{exc.strerror or exc}") from exc
+                files += [p for p in entries if not p.name.startswith(".") and not p.is_dir()]
+            elif item.exists():
+                files.append(item)
+            else:
+                raise CaptureError(f"{item}: no such file or directory")
+        if not files:
+            raise CaptureError("no capture files given")
+        return cls.from_files(files)
+
     def snapshot(self, node: str, gpus: Collection[int] | None = None) -> NodeSnapshot:
         snap = dataclasses.replace(self._snap, node=node)
         if gpus is None:
@@ -356,11 +451,15 @@ class ReplayProbe:
         xids = snap.xids
         if xids is not None:
             xids = tuple(e for e in xids if bus_key(e.pci_bus_id) not in dropped)
+        kernel = snap.kernel_events
+        if kernel is not None:
+            kernel = tuple(e for e in kernel if bus_key(e.pci_bus_id) not in dropped)
         return dataclasses.replace(
             snap,
             gpus=tuple(g for g in snap.gpus if g.index in keep),
             attached_gpus=len(snap.gpus) if attached is None else attached,
             xids=xids,
+            kernel_events=kernel,
         )
 
 

@@ -7,12 +7,16 @@ Expectations come from, in order:
 
 1. ``--class NAME``: that node class of the config (``expectations_for``);
 2. ``--node NAME``: the node class the config puts that node in;
-3. neither: inferred from the snapshot itself (:func:`infer_expectations`): the GPU count
-   the capture reports (``Attached GPUs``, else the GPUs listed), the most NVLink links
-   active on any one GPU (at least 1 when a GPU has NVLink but no link up), and the
-   ``topo -m`` cell most GPU pairs show. Inference can only see a GPU that differs from
-   its peers; a fault every GPU shares (a missing GPU, every link down the same way) needs
-   the node class.
+3. neither: the GPU model's healthy shape (``health.models``: NVLink links, bridged
+   pairs), the model named by ``--gpu-model`` or by the GPU names in the capture, with
+   the GPU count the capture reports (``Attached GPUs``, else the GPUs listed). So a
+   capture of one GPU, or of a node whose GPUs are all degraded the same way, is judged
+   against what the model should have;
+4. a model the table does not know: inferred from the snapshot itself
+   (:func:`infer_expectations`): the most NVLink links active on any one GPU (at least 1
+   when a GPU has NVLink but no link up), and the ``topo -m`` cell most GPU pairs show.
+   Inference can only see a GPU that differs from its peers. It also stays as a second
+   opinion beside the model: the report names both.
 
 Exit codes: 0 no drain finding; 1 a drain finding (now or after the job); 2 bad input
 (unreadable or contradictory captures, an unknown class or node, a bad config).
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -36,6 +40,8 @@ from slurm_ml.health.checks import (
     expectations_for,
     worst,
 )
+from slurm_ml.health.checks.expect import topology_cell
+from slurm_ml.health.models import GpuModel, model_for
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import NOT_SUPPORTED, NodeSnapshot
 
@@ -79,6 +85,54 @@ def infer_expectations(snap: NodeSnapshot) -> Expectations:
                 cell = top
     return Expectations(gpu_count=count, nvlink_links_per_gpu=links,
                         expected_topology_cell=cell)
+
+
+def gpu_count(snap: NodeSnapshot) -> int:
+    """GPUs the node has: the driver's count when the capture shows it, else those listed."""
+    attached = snap.attached_gpus
+    return (attached if isinstance(attached, int) and not isinstance(attached, bool)
+            else len(snap.gpus))
+
+
+def snapshot_model(snap: NodeSnapshot) -> GpuModel | None:
+    """The one model every named GPU of the snapshot is; None when unnamed, unknown or
+    mixed (a node of two models is judged by its peers)."""
+    names = {g.name.strip() for g in snap.gpus if isinstance(g.name, str) and g.name.strip()}
+    models = {model_for(n) for n in names}
+    if len(models) != 1 or None in models:
+        return None
+    return models.pop()
+
+
+def model_expectations(snap: NodeSnapshot, model: GpuModel) -> Expectations:
+    """What a healthy node of ``model`` looks like with the snapshot's GPU count."""
+    count = gpu_count(snap)
+    links = model.nvlink_links
+    return Expectations(gpu_count=count, nvlink_links_per_gpu=links,
+                        expected_topology_cell=topology_cell(count, links) if links else None,
+                        bridge_links=model.bridge_links, bridge_required=model.paired)
+
+
+def expectations_for_snapshot(snap: NodeSnapshot, gpu_model: str | None = None
+                              ) -> tuple[Expectations, str]:
+    """Expectations without a node class: the model's (named, or from the capture), else
+    inferred from the peers; and a sentence saying which (module doc, steps 3-4)."""
+    model = model_for(gpu_model) if gpu_model is not None else snapshot_model(snap)
+    if gpu_model is not None and model is None:
+        raise HealthInputError(f"GPU model {gpu_model!r} is not in the model table "
+                               f"(slurm_ml/health/models.py); name a node class instead")
+    if model is None:
+        return infer_expectations(snap), "inferred from the capture's GPUs (model unknown)"
+    exp = model_expectations(snap, model)
+    said = "from --gpu-model" if gpu_model is not None else "named in the capture"
+    second = ""
+    listed = [t for g in snap.gpus if isinstance(t := g.nvlinks, tuple)]
+    most = max((sum(1 for k in t if k.active is True) for t in listed), default=None)
+    if exp.nvlink_links_per_gpu and most is not None and len(listed) > 1 \
+            and 0 < most < exp.nvlink_links_per_gpu:
+        second = (f"; second opinion: no GPU here has more than {most} links up, so every "
+                  f"GPU is degraded alike")
+    return exp, f"GPU model {model.key} ({said}){second}"
 
 
 def expectations_from_config(cfg: Config, *, node_class: str | None,
@@ -173,22 +227,33 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def check_captures(directory: str | Path, *, node: str | None = None,
+def check_captures(paths: str | Path | Sequence[str | Path], *, node: str | None = None,
                    node_class: str | None = None, config: Config | None = None,
-                   thresholds: Thresholds | None = None) -> CheckReport:
-    """Read ``directory`` with ReplayProbe, choose the expectations, run every check.
+                   thresholds: Thresholds | None = None,
+                   gpu_model: str | None = None, gpus: int | None = None) -> CheckReport:
+    """Read ``paths`` (capture files and directories of them, one node's) with
+    ReplayProbe, choose the expectations, run every check.
 
     Raises ``CaptureError`` (bad captures) and :class:`HealthInputError` (``node_class``
-    or ``node`` given but not resolvable: a config is then required).
+    or ``node`` given but not resolvable: a config is then required; an unknown
+    ``gpu_model``).
     """
-    name = node or Path(directory).name or str(directory)
-    snap = ReplayProbe.from_dir(directory).snapshot(name)
+    items = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    first = items[0] if items else Path(".")
+    name = node or (first.name if first.is_dir() else first.stem) or str(first)
+    snap = ReplayProbe.from_paths(items).snapshot(name)
     if node_class is not None or node is not None:
         if config is None:
             raise HealthInputError("--class and --node need a config")
         exp, basis = expectations_from_config(config, node_class=node_class, node=node)
     else:
-        exp, basis = infer_expectations(snap), "inferred from the capture"
+        exp, basis = expectations_for_snapshot(snap, gpu_model)
+        if gpus is not None:
+            exp = replace(exp, gpu_count=gpus)
+            if exp.nvlink_links_per_gpu and exp.expected_topology_cell is not None:
+                exp = replace(exp, expected_topology_cell=topology_cell(
+                    gpus, exp.nvlink_links_per_gpu))
+            basis += f", {gpus} GPUs from --gpus"
     findings = check_node(snap, exp, thresholds or Thresholds())
     return CheckReport(node=name, source=snap.source, expectations=exp, basis=basis,
                        findings=findings)

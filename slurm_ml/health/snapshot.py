@@ -97,6 +97,9 @@ class Gpu:
     nvlinks: tuple[NvLink, ...] | _NotSupported | None = None
     fabric_state: Reading[str] = None  # e.g. "Completed", "In Progress", "Not Started"
     fabric_status: Reading[str] = None  # e.g. "Success"
+    #: nvidia-smi -q "Fabric > Health > Summary" (570+, multi-node NVLink): "Healthy",
+    #: "Unhealthy", "Limited Capacity"; NVML nvmlDeviceGetGpuFabricInfoV healthMask.
+    fabric_health: Reading[str] = None
     pcie_width_current: Reading[int] = None
     pcie_width_max: Reading[int] = None
     pcie_gen_current: Reading[int] = None
@@ -133,6 +136,22 @@ class XidEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class KernelEvent:
+    """A kernel message about a GPU that is not an ``Xid`` line.
+
+    A GPU that falls off the bus, never initialises or fails the driver's probe often
+    logs no Xid at all (research: the held-out fault captures of issue 15), only NVRM's
+    own text naming its PCI address. ``kind`` is one of
+    ``replay.kernel.KINDS`` ("fallen_off_bus", "init_failed", ...).
+    """
+
+    kind: str
+    pci_bus_id: str | None  # as the log names it, e.g. "0000:3b:00.0", "PCI:0000:3b:00"
+    message: str  # the line (or joined continuation lines) the kind was read from
+    timestamp: float | None = None  # as for XidEvent
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """Everything one probe run saw on a node."""
 
@@ -143,6 +162,8 @@ class NodeSnapshot:
     #: ``nvidia-smi topo -m``: (gpu index, gpu index) → "NV12", "SYS", "PIX", ...
     topology: dict[tuple[int, int], str] | None = None
     xids: tuple[XidEvent, ...] | None = None
+    #: Non-Xid GPU kernel messages; None when no kernel log was read (like ``xids``).
+    kernel_events: tuple[KernelEvent, ...] | None = None
     source: str = ""  # "nvml" or "replay:<files>"
     elapsed_s: float | None = None  # how long the probe took
     errors: tuple[str, ...] = ()  # probe-level failures: watchdog timeout, NVML init

@@ -40,7 +40,8 @@ def test_healthy_h100_node_inferred(tmp_path: Path) -> None:
     code, out, _ = run("--from-nvidia-smi", d)
     assert code == 0, out
     assert out.startswith("captures: healthy (no drain finding")
-    assert "expected: 8 GPUs, NVLink not checked, topology NV18 (inferred from the capture)" in out
+    assert ("expected: 8 GPUs, 18 NVLink links per GPU, topology NV18 (GPU model h100-sxm5 "
+            "(named in the capture))") in out
     assert "drain reason" not in out
 
 
@@ -69,7 +70,8 @@ def test_node_class_from_config_by_node(tmp_path: Path) -> None:
     data = json.loads(out)
     assert code == 0 and data["healthy"] is True and data["exit_code"] == 0
     assert data["expectations"] == {"gpu_count": 8, "nvlink_links_per_gpu": 12,
-                                    "expected_topology_cell": "NV12", "pcie_width": None}
+                                    "expected_topology_cell": "NV12", "pcie_width": None,
+                                    "bridge_links": 0, "bridge_required": False}
     assert data["expectations_from"] == "node class a100-80g of node gpu01, from the config"
     assert data["node"] == "gpu01" and data["drain_reason"] is None
     assert {f["check_id"] for f in data["findings"]} == {"probe.missing"}
@@ -83,7 +85,9 @@ def test_all_links_inactive_inferred_json(tmp_path: Path) -> None:
     drains = [(f["check_id"], f["severity"], f["gpu"]) for f in data["findings"]
               if f["severity"] != "flag"]
     assert drains == [("nvlink.active_links", "drain", 6)]
-    assert data["drain_reason"] == "slurm-ml: nvlink.active_links gpu6 (0/1 active)"
+    # One GPU's capture: judged against its model (A100 SXM4: 12 links), not its peers.
+    assert data["drain_reason"] == "slurm-ml: nvlink.active_links gpu6 (0/12 active)"
+    assert data["expectations_from"] == "GPU model a100-sxm4 (named in the capture)"
     assert data["source"] == "replay:azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 
 
@@ -124,9 +128,35 @@ def test_bad_config_and_missing_directory_exit_2(tmp_path: Path) -> None:
     code, _, err = run("--from-nvidia-smi", d, "--config", str(bad))
     assert code == 2 and "invalid configuration" in err
     code, _, err = run("--from-nvidia-smi", str(tmp_path / "nope"))
-    assert code == 2 and "cannot list the directory" in err
+    assert code == 2 and "no such file or directory" in err
+    code, _, err = run()
+    assert code == 2 and "name the captures to check" in err
     code, _, err = run("--from-nvidia-smi", str(tmp_path / "captures"), "--class")
     assert code == 2
+
+
+def test_files_and_directories_in_any_mix(tmp_path: Path) -> None:
+    """PATH arguments: a single file, or a file beside a directory, one node's captures."""
+    one = GPU_DATA / "nvlink" / "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
+    code, out, _ = run(str(one))
+    assert code == 1 and out.startswith("azhc_a100_gpu6_nvlink_status_all_inactive: 1 drain")
+    d = captures(tmp_path, "smi-q/gpud_h100x8_535.183.01_q.txt")
+    code, out, _ = run(d, str(GPU_DATA / "topo" / "mleng_h100x8_nv18_topo.txt"), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["source"] == ("replay:gpud_h100x8_535.183.01_q.txt,"
+                                            "mleng_h100x8_nv18_topo.txt")
+
+
+def test_gpu_model_names_the_shape_a_capture_lacks(tmp_path: Path) -> None:
+    """A topo -m alone names no model: --gpu-model supplies it (a V100 SXM2 node whose
+    every GPU shows 0 links is then judged against 6)."""
+    d = captures(tmp_path, "topo/mleng_a100x8_nv12_topo.txt")
+    code, out, _ = run(d, "--gpu-model", "NVIDIA A100-SXM4-80GB", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["expectations"]["nvlink_links_per_gpu"] == 12
+    assert data["expectations_from"] == "GPU model a100-sxm4 (from --gpu-model)"
+    code, _, err = run(d, "--gpu-model", "Voodoo 3")
+    assert code == 2 and "GPU model 'Voodoo 3' is not in the model table" in err
 
 
 def test_help_names_the_exit_codes() -> None:

@@ -141,15 +141,30 @@ CASES: list[Case] = [
     Case("xid/gpud_dmesg_h100_xid119_gsp_timeout.log", LOG_ONLY, [("xid.119", DRAIN, None)],
          "FAULTY", "5x Xid 119 GSP RPC timeout"),
     Case("xid/gpud_dmesg_xid48_63_94_dbe_rowremap.log", LOG_ONLY,
-         [("xid.48", DRAIN, None), ("xid.63", FLAG, None), ("xid.94", FLAG, None)], "FAULTY",
-         "Xid 48 double-bit ECC drains; 63 (remap recorded) and 94 (contained ECC) flag"),
+         [("xid.48", DRAIN, None), ("xid.94", AFTER, None), ("xid.63", FLAG, None)], "FAULTY",
+         "Xid 48 double-bit ECC drains; 94 (contained ECC) drains after the job (NVIDIA: "
+         "reset the GPU when convenient); 63 (remap recorded) flags"),
     Case("xid/gpudpr46_dmesg_ctime_xid13_xid109.log", LOG_ONLY, [("xid.109", FLAG, None)],
          "APP", "Xid 13 ignored; one Xid 109 context-switch timeout flagged (drain if repeated)"),
     Case("xid/mleng_xid63_row_remapper_line.log", LOG_ONLY, [("xid.63", FLAG, None)],
          "FLAGGED", "Xid 63 records a remap; remap.pending on the same host's -q excerpt "
          "(ecc/mleng_a100x8_q_excerpt_remap_pending.txt) is what drains"),
-    Case("xid/nvtrust124_dmesg_nvswitch_sxid22013.log", LOG_ONLY, [], "HEALTHY",
-         "no Xid; boot-time non-fatal SXid 22013 on NVSwitch links (SXids are not judged)"),
+    Case("xid/nvtrust124_dmesg_nvswitch_sxid22013.log", LOG_ONLY,
+         [("kernel.nvswitch_sxid", FLAG, None)], "FLAGGED",
+         "no Xid; boot-time non-fatal SXid 22013 on NVSwitch links: flagged, node-level"),
+    # ------------------------------------------------------------ Fabric Manager log
+    Case("nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log", LOG_ONLY,
+         [("kernel.nvswitch_sxid", FLAG, None)], "FLAGGED",
+         "Fabric Manager's 'detected NVSwitch non-fatal error 12028': flagged, no drain"),
+    # ------------------------------------------------------------ plain nvidia-smi table
+    Case("smi-q/gpud_e2e_a10_550.127.05_nvidia-smi_table.txt", pcie(1), [], "HEALTHY",
+         "plain table of a healthy A10"),
+    Case("smi-q/gpud_nvidia-smi_table_525.125.06.txt", pcie(1),
+         [("gpu.error_state", AFTER, 0)], "FAULTY",
+         "SOURCES.md: the fan column reads ERR!; the GPU computes, its cooling is in doubt: "
+         "drain after the job"),
+    Case("smi-q/gpud_nvidia-smi_table_550.90.07.txt", H100_SXM_8, [], "HEALTHY",
+         "plain table of 8 idle H100s; NVLink not in a table (probe.missing only)"),
     Case("xid/ogkm1150_kernel_xid45_after_xid145_149_nvlink.log", LOG_ONLY,
          [("xid.145", DRAIN, None), ("xid.145", DRAIN, None), ("xid.145", DRAIN, None),
           ("xid.149", DRAIN, None)], "FAULTY",
@@ -164,14 +179,8 @@ NOT_JUDGED: dict[str, tuple[bool, str]] = {
     "ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt": (True, "dcgmi diag table"),
     "ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt": (True, "dcgmi diag table"),
     "ecc/mleng_dcgmi_diag_r3_excerpt_uncorrectable_remap_pending.txt": (True, "dcgmi diag"),
-    # The plain nvidia-smi view has no ECC, remap, NVLink or PCIe detail.
-    "smi-q/gpud_e2e_a10_550.127.05_nvidia-smi_table.txt": (True, "plain nvidia-smi table"),
-    "smi-q/gpud_nvidia-smi_table_525.125.06.txt": (True, "plain nvidia-smi table"),
-    "smi-q/gpud_nvidia-smi_table_550.90.07.txt": (True, "plain nvidia-smi table"),
     # The deliberately corrupted capture: a named error, never a guess.
     "smi-q/gpud_h100x8_535.183.01_q_corrupted.invalid.txt": (True, "corrupted -q output"),
-    # Fabric Manager log: NVSwitch errors have no place in a NodeSnapshot.
-    "nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log": (True, "Fabric Manager log"),
     # Capabilities: H800 says "Link is supported: false" on healthy active links.
     "nvlink/llmaction_h800x8_nvlink_capabilities_elided.txt": (False, "nvlink -c flags"),
     # Traffic counters (-gt r) are not error counters.

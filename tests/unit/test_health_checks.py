@@ -176,10 +176,23 @@ LOST: Cases = {
                                         remapped_rows=None, nvlinks=None,
                                         pcie_width_current=None), {},
                                [("gpu.lost", DRAIN, 3)]),
+    # A corrupted InfoROM: the GPU computes, its ECC records cannot be trusted.
     "inforom": (with_gpu(node(), 1, errors=("Corrupted infoROM",)), {},
-                [("gpu.inforom", DRAIN, 1)]),
-    "other-read-error-flags": (with_gpu(node(), 1, errors=("nvmlDeviceGetPowerUsage: Timeout",)),
-                               {}, [("probe.gpu_error", FLAG, 1)]),
+                [("gpu.inforom", AFTER, 1)]),
+    # NVML UNKNOWN / TIMEOUT and nvidia-smi's ERR! are faults of the GPU (issue 15).
+    "timeout-is-an-error-state": (with_gpu(node(), 1,
+                                           errors=("nvmlDeviceGetPowerUsage: Timeout",)),
+                                  {}, [("gpu.error_state", DRAIN, 1)]),
+    "unknown-error-is-an-error-state": (
+        with_gpu(node(), 1, errors=("nvmlDeviceGetTotalEccErrors: Unknown Error",)), {},
+        [("gpu.error_state", DRAIN, 1)]),
+    "err-in-fan-only": (with_gpu(node(), 2, errors=("ERR! (line 9, Fan)",)), {},
+                        [("gpu.error_state", AFTER, 2)]),
+    "handle-unknown-error": (with_gpu(node(), 4, errors=(
+        "Unknown Error (line 8, device handle unavailable)",)), {}, [("gpu.lost", DRAIN, 4)]),
+    "permissions-flag": (with_gpu(node(), 1, errors=(
+        "nvmlDeviceGetComputeRunningProcesses: Insufficient Permissions",)),
+                         {}, [("probe.gpu_error", FLAG, 1)]),
     "lost-gpu-outside-job": (with_gpu(node(), 7, errors=("GPU is lost",)), {"gpus": [0, 1]}, []),
 }
 
@@ -604,7 +617,9 @@ XIDS: Cases = {
     "79-drains": (xids(xid(79)), {}, [("xid.79", DRAIN, 3)]),
     "13-ignored": (xids(xid(13), xid(31), xid(43), xid(45), xid(68)), {}, []),
     "63-flagged": (xids(xid(63)), {}, [("xid.63", FLAG, 3)]),
-    "94-flagged": (xids(xid(94)), {}, [("xid.94", FLAG, 3)]),
+    "94-drains-after-the-job": (xids(xid(94)), {}, [("xid.94", AFTER, 3)]),
+    "94-flags-if-configured": (xids(xid(94)), {"th": Thresholds(
+        xid_drain_after_job=frozenset())}, [("xid.94", FLAG, 3)]),
     "unknown-code-flagged": (xids(xid(999)), {}, [("xid.999", FLAG, 3)]),
     "94-drains-if-configured": (xids(xid(94)),
                                 {"th": Thresholds(xid_drain=XID_DRAIN | {94})},
@@ -621,7 +636,7 @@ XIDS: Cases = {
                     [("xid.79", DRAIN, None)]),
     "no-bus": (xids(xid(119, gpu=None)), {}, [("xid.119", DRAIN, None)]),
     "two-gpus-two-codes": (xids(xid(74, gpu=1), xid(94, gpu=1), xid(74, gpu=5)), {},
-                           [("xid.74", DRAIN, 1), ("xid.74", DRAIN, 5), ("xid.94", FLAG, 1)]),
+                           [("xid.74", DRAIN, 1), ("xid.74", DRAIN, 5), ("xid.94", AFTER, 1)]),
     "154-drain-and-reset": (xids(xid(154, msg="GPU recovery action changed from 0x0 (None) "
                                           "to 0x4 (Drain and Reset)")), {},
                             [("xid.154", DRAIN, 3)]),
@@ -732,9 +747,9 @@ def test_findings_sorted_by_severity_gpu_check() -> None:
         ("nvlink.active_links", DRAIN, 2),
         ("ecc.volatile_uncorrected", DRAIN, 5),
         ("xid.79", DRAIN, 5),
+        ("xid.94", AFTER, 0),
         ("remap.pending", AFTER, 5),
         (MISSING, FLAG, 0),
-        ("xid.94", FLAG, 0),
         ("pcie.width", FLAG, 5),
     ]
 

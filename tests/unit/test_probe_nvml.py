@@ -27,6 +27,7 @@ from slurm_ml.health.probe_nvml import (
     ERROR_INVALID_ARGUMENT,
     ERROR_LIBRARY_NOT_FOUND,
     ERROR_NO_PERMISSION,
+    ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     ERROR_RESET_REQUIRED,
     ERROR_TIMEOUT,
@@ -53,7 +54,7 @@ NS = NOT_SUPPORTED
 
 #: Gpu fields NvmlProbe does not read (nvidia-smi -q only, or other captures).
 NOT_FROM_NVML = frozenset({"sram_threshold_exceeded", "channel_repair_pending",
-                           "tpc_repair_pending", "unrepairable_memory"})
+                           "tpc_repair_pending", "unrepairable_memory", "fabric_health"})
 #: The NVML call behind each Gpu field: a probe error must name a call whose field the
 #: capture did not show.
 CALL_OF = {
@@ -84,7 +85,7 @@ def capture(rel: str) -> NodeSnapshot:
     return parse_smi_q((GPU_DATA / rel).read_text(), "node1")
 
 
-def probe_of(snap: NodeSnapshot, *, missing: int = ERROR_UNKNOWN,
+def probe_of(snap: NodeSnapshot, *, missing: int = ERROR_NOT_FOUND,
              timeout_s: float = 4.0) -> tuple[NvmlProbe, FakeNvml]:
     """NvmlProbe on FakeNvml(snap); ``missing``: what a value the capture lacks raises."""
     fake = FakeNvml(snap, missing=missing)
@@ -102,7 +103,7 @@ def none_fields(gpu: Gpu) -> set[str]:
 def comparable(gpu: Gpu) -> Gpu:
     return dataclasses.replace(gpu, errors=(), sram_threshold_exceeded=None,
                                channel_repair_pending=None, tpc_repair_pending=None,
-                               unrepairable_memory=None)
+                               unrepairable_memory=None, fabric_health=None)
 
 
 # --------------------------------------------------------------------------- round trip
@@ -171,7 +172,7 @@ def test_round_trip_capture_through_nvml(name: str) -> None:
     for want, have in zip(replay.gpus, got.gpus, strict=True):
         assert comparable(have) == comparable(want)
         # Every error names the call of a field the capture did not show, and each such
-        # field gave one (the fake answers "Unknown Error" for it).
+        # field gave one (the fake answers "Not Found" for it).
         missing = none_fields(want) - NOT_FROM_NVML - {"errors", "fabric_status"}
         calls = {e.split(":")[0].split(" (")[0] for e in have.errors}
         assert calls == {c for f in missing for c in CALL_OF[f].split()}, have.errors
@@ -319,15 +320,16 @@ class Fault:
     value: object  # what that attribute reads
     error: str | None  # the Gpu.errors entry (None: no entry)
     check: str | None = None  # the check it must trigger on GPU 1, if any
+    severity: Severity = Severity.DRAIN_NOW  # and the severity it must have
 
 
 FAULTS = {
     "not_supported": Fault("nvmlDeviceGetRemappedRows", ERROR_NOT_SUPPORTED,
                            "remapped_rows", NS, None),
     "unknown": Fault("nvmlDeviceGetRemappedRows", ERROR_UNKNOWN, "remapped_rows", None,
-                     "nvmlDeviceGetRemappedRows: Unknown Error"),
+                     "nvmlDeviceGetRemappedRows: Unknown Error", "gpu.error_state"),
     "timeout": Fault("nvmlDeviceGetPcieReplayCounter", ERROR_TIMEOUT, "pcie_replay_count",
-                     None, "nvmlDeviceGetPcieReplayCounter: Timeout"),
+                     None, "nvmlDeviceGetPcieReplayCounter: Timeout", "gpu.error_state"),
     "no_permission": Fault("nvmlDeviceGetComputeRunningProcesses", ERROR_NO_PERMISSION,
                            "processes", None,
                            "nvmlDeviceGetComputeRunningProcesses: Insufficient Permissions"),
@@ -337,7 +339,8 @@ FAULTS = {
                             "GPU requires reset (nvmlDeviceGetTotalEccErrors)", "gpu.lost"),
     "inforom": Fault("nvmlDeviceGetTotalEccErrors", ERROR_CORRUPTED_INFOROM,
                      "ecc.volatile_uncorrected", None,
-                     "nvmlDeviceGetTotalEccErrors: Corrupted infoROM", "gpu.inforom"),
+                     "nvmlDeviceGetTotalEccErrors: Corrupted infoROM", "gpu.inforom",
+                     Severity.DRAIN_AFTER_JOB),
     "handle_lost": Fault("nvmlDeviceGetHandleByIndex", ERROR_GPU_IS_LOST, "uuid", None,
                          "GPU is lost (nvmlDeviceGetHandleByIndex, device handle unavailable)",
                          "gpu.lost"),
@@ -372,7 +375,7 @@ def test_nvml_errors_map_to_readings_and_gpu_errors(h100: NodeSnapshot, name: st
     findings = check_node(snap, Expectations(gpu_count=8), Thresholds())
     on_gpu1 = {(x.check_id, x.severity) for x in findings if x.gpu == 1}
     if f.check is not None:
-        assert (f.check, Severity.DRAIN_NOW) in on_gpu1
+        assert (f.check, f.severity) in on_gpu1
     elif f.error is not None:
         assert ("probe.gpu_error", Severity.FLAG) in on_gpu1
         assert not any(sev.drains for _, sev in on_gpu1)
@@ -527,7 +530,7 @@ def test_nvlink_details_gaps_and_errors() -> None:
     assert gpu.nvlinks[2] == NvLink(3)  # unreadable state: nothing else asked
     assert gpu.nvlinks[3] == NvLink(4, active=False)
     assert gpu.nvlinks[4].crc_errors is NS
-    assert "nvmlDeviceGetNvLinkState: Unknown Error (link 3)" in gpu.errors
+    assert "nvmlDeviceGetNvLinkState: Not Found (link 3)" in gpu.errors
 
 
 def test_nvlink_loop_bounded_by_max_links() -> None:

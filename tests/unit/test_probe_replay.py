@@ -56,8 +56,8 @@ def text(rel: str) -> str:
     ("xid/nvtrust124_dmesg_nvswitch_sxid22013.log", "kernel_log"),
     ("xid/ogkm1150_kernel_xid45_after_xid145_149_nvlink.log", "kernel_log"),
     ("ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt", None),
-    ("smi-q/gpud_nvidia-smi_table_550.90.07.txt", None),
-    ("nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log", None),
+    ("smi-q/gpud_nvidia-smi_table_550.90.07.txt", "smi_table"),
+    ("nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log", "fabricmanager"),
 ])
 def test_classify_by_content(rel: str, kind: str | None) -> None:
     assert classify(text(rel)) == kind
@@ -145,10 +145,8 @@ def test_blank_and_hidden_files_and_subdirectories_are_skipped(tmp_path: Path) -
 @pytest.mark.parametrize(("rels", "match"), [
     (("smi-q/gpud_h100x8_535.183.01_q_corrupted.invalid.txt",),
      r"gpud_h100x8_535\.183\.01_q_corrupted\.invalid\.txt: line 86"),
-    (("smi-q/gpud_nvidia-smi_table_550.90.07.txt",), "plain nvidia-smi table"),
     (("ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt",),
      "mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt: not a capture"),
-    (("nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log",), "Fabric Manager log"),
     (("smi-q/gpud_e2e_a10_550.127.05_q.txt", "smi-q/gpud_titanv_560.35.03_q.txt"),
      "a second nvidia-smi -q capture"),
     (("topo/mleng_a100x8_nv12_topo.txt", "topo/mleng_h100x8_nv18_topo.txt"),

@@ -449,12 +449,22 @@ def test_repeated_error_is_counted_not_repeated() -> None:
 
 
 @pytest.mark.parametrize("printed", ["N/A", "[N/A]", "Not Supported", "[Not Supported]",
-                                     "Unknown Error", "[Unknown Error]", "  n/a "])
+                                     "  n/a "])
 def test_not_supported_spellings(printed: str) -> None:
     text = edit(A10, "Gpu                               : 0 %", f"Gpu                               : {printed}")
     gpu = parse_smi_q_text(text).gpus[0]
     assert gpu.utilization_gpu_pct is NOT_SUPPORTED
     assert gpu.errors == ()
+
+
+@pytest.mark.parametrize("printed", ["Unknown Error", "[Unknown Error]", "ERR!"])
+def test_error_spellings_are_gpu_errors(printed: str) -> None:
+    """Issue 15: ``Unknown Error`` and ``ERR!`` in place of a reading are a fault of the
+    GPU (checks.device: gpu.error_state), not a missing feature."""
+    text = edit(A10, "Gpu                               : 0 %", f"Gpu                               : {printed}")
+    gpu = parse_smi_q_text(text).gpus[0]
+    assert gpu.utilization_gpu_pct is None
+    assert len(gpu.errors) == 1 and gpu.errors[0].startswith(printed.strip("[]"))
 
 
 def test_old_single_double_bit_layout_uses_totals() -> None:

@@ -13,9 +13,21 @@ S = Severity
 
 #: NVML errors that mean the GPU is gone or unusable until reset (Meta GCM maps
 #: GPU_IS_LOST and RESET_REQUIRED to CRITICAL, research §1.7/§2.2; docs/design.md: drain).
+#: A device handle nvidia-smi or NVML cannot get at all ("Unable to determine the device
+#: handle for GPU 0000:3b:00.0: Unknown Error") is the same: the GPU cannot be addressed.
 _LOST = re.compile(r"gpu is lost|fallen off the bus|requires? (a )?reset|reset required"
-                   r"|gpu_?is_?lost|reset_?required", re.IGNORECASE)
-#: CORRUPTED_INFOROM (GCM CRITICAL; nvidia-smi exit 14; docs/design.md: drain).
+                   r"|gpu_?is_?lost|reset_?required|device handle unavailable", re.IGNORECASE)
+#: Errors in place of readings that say the GPU itself is in an error state: NVML's
+#: UNKNOWN and TIMEOUT returns, nvidia-smi's ``ERR!`` and ``[Unknown Error]`` (issue 15:
+#: these are faults of that GPU, not "could not check"). Permissions, a missing library
+#: or a version mismatch are the probe's problem and stay probe.gpu_error flags.
+_ERROR_STATE = re.compile(r"unknown error|\berr!|\btimeout\b|timed out", re.IGNORECASE)
+_NOT_THE_GPU = re.compile(r"permission|not found|mismatch|uninitiali[sz]ed|not loaded",
+                          re.IGNORECASE)
+#: A fan reading alone in error: the GPU computes, its cooling is in doubt.
+_FAN = re.compile(r"\((?:line \d+, )?fan(?: speed)?\)$|GetFanSpeed", re.IGNORECASE)
+#: CORRUPTED_INFOROM (GCM CRITICAL; nvidia-smi exit 14): the GPU still computes, but its
+#: ECC and page-retirement records cannot be trusted: drain after the job, RMA.
 _INFOROM = re.compile(r"inforom", re.IGNORECASE)
 
 
@@ -51,24 +63,39 @@ def gpu_count(snap: NodeSnapshot, job_gpus: Collection[int] | None, out: Out) ->
 
 
 def lost(gpu: Gpu, out: Out) -> bool:
-    """gpu.lost / gpu.inforom from the probe's per-GPU errors; True if the GPU is gone
-    (its other readings are then noise and not checked)."""
+    """gpu.lost / gpu.error_state / gpu.inforom from the probe's per-GPU errors; True if
+    the GPU is gone or in an error state (its other readings are then noise and are not
+    checked). The same words come from NVML (``probe_nvml``) and from nvidia-smi output
+    (``replay``), so a live node and a capture of it get the same verdict."""
     if not gpu.errors:
         return False
-    gone = [e for e in gpu.errors if _LOST.search(e)]
+    gone = [e for e in gpu.errors if _LOST.search(e) and not _NOT_THE_GPU.search(e)]
     if gone:
         out.add("gpu.lost", S.DRAIN_NOW, gpu,
                 f"{label(gpu)} reports '{gone[0]}'; it cannot run work until reset: drain, "
                 f"reset or reboot, and replace it if it happens again.",
                 gone[0][:40], errors=list(gpu.errors))
         return True
+    broken = [e for e in gpu.errors if _ERROR_STATE.search(e) and not _NOT_THE_GPU.search(e)]
+    if broken:
+        fan_only = all(_FAN.search(e) for e in broken)
+        sev = S.DRAIN_AFTER_JOB if fan_only else S.DRAIN_NOW
+        what = ("its fan reading is in error: the cooling may fail; drain after the job and "
+                "check the fan" if fan_only else
+                "the driver cannot read it: drain, check dmesg for Xid 79 or 'fallen off the "
+                "bus', reset the GPU or reboot")
+        out.add("gpu.error_state", sev, gpu,
+                f"{label(gpu)} reads '{broken[0]}' in place of values; {what}.",
+                broken[0][:40], errors=list(gpu.errors), fan_only=fan_only)
+        if not fan_only:
+            return True
     rom = [e for e in gpu.errors if _INFOROM.search(e)]
     if rom:
-        out.add("gpu.inforom", S.DRAIN_NOW, gpu,
+        out.add("gpu.inforom", S.DRAIN_AFTER_JOB, gpu,
                 f"{label(gpu)} reports '{rom[0]}'; a corrupted InfoROM makes its ECC and "
-                f"page-retirement records untrustworthy: drain and open an RMA.",
+                f"page-retirement records untrustworthy: drain after the job and open an RMA.",
                 "inforom corrupted", errors=list(gpu.errors))
-    rest = [e for e in gpu.errors if not _INFOROM.search(e)]
+    rest = [e for e in gpu.errors if not _INFOROM.search(e) and e not in broken]
     if rest:
         out.add("probe.gpu_error", S.FLAG, gpu,
                 f"The probe could not read some values of {label(gpu)} ({rest[0]}); the "

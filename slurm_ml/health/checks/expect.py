@@ -28,9 +28,15 @@ class Expectations:
     nvlink_links_per_gpu: int = 0
     expected_topology_cell: str | None = None
     pcie_width: int | None = None
+    #: PCIe cards paired by NVLink bridges: each GPU's partner shows ``NV<bridge_links>``
+    #: in ``topo -m`` and ``nvlink -s`` lists that many active links. 0: no bridges.
+    bridge_links: int = 0
+    #: Bridges are part of the product (H100 NVL), so every GPU must have its partner;
+    #: otherwise only a node that shows at least one bridged pair is judged.
+    bridge_required: bool = False
 
     def __post_init__(self) -> None:
-        if self.gpu_count < 0 or self.nvlink_links_per_gpu < 0:
+        if self.gpu_count < 0 or self.nvlink_links_per_gpu < 0 or self.bridge_links < 0:
             raise ValueError(f"negative expectation: {self}")
         if self.pcie_width is not None and self.pcie_width <= 0:
             raise ValueError(f"pcie_width must be positive, got {self.pcie_width}")
@@ -71,13 +77,16 @@ def topology_cell(gpus: int, links: int) -> str | None:
 #: NVLink generations (NVIDIA Xid catalog: SAW, RLW, TLW, TREX, NVLPW_CTRL, NETIR, MSE),
 #: drained like Xid 74 (inference; the capture ogkm1150_kernel_xid45_after_xid145_149
 #: shows them behind Xid 45 on a node whose NVLinks were all down).
+XID_DRAIN_AFTER_JOB: frozenset[int] = frozenset({94})
+#: Xid 94 (contained ECC error): the application that hit it was stopped, other work runs
+#: on; NVIDIA's catalog asks for a GPU reset at a convenient time: drain after the job.
 XID_DRAIN: frozenset[int] = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140,
                                        144, 145, 146, 147, 148, 149, 150})
 #: Xids that are the application's fault (docs/design.md: 13, 31, 43, 45; research §4 and the
 #: NVIDIA k8s-device-plugin ignore set add 68, NVDEC exception). An ignored event whose
 #: message says "caused by previous Xid N" is judged as Xid N (checks.xid). Everything in neither
 #: set is a FLAG: 63 (remap recorded: the remap.pending check decides), 92 (high SBE rate,
-#: NVIDIA "IGNORE"), 94 (contained ECC, job-level), 109 (drain only if repeated).
+#: NVIDIA "IGNORE"), 109 (drain only if repeated). 94 drains after the job (above).
 XID_IGNORE: frozenset[int] = frozenset({13, 31, 43, 45, 68})
 
 
@@ -113,6 +122,7 @@ class Thresholds:
     ecc_aggregate_corrected_delta: int = 10_000
     xid_drain: frozenset[int] = XID_DRAIN
     xid_ignore: frozenset[int] = XID_IGNORE
+    xid_drain_after_job: frozenset[int] = XID_DRAIN_AFTER_JOB
 
     def __post_init__(self) -> None:
         both = self.xid_drain & self.xid_ignore

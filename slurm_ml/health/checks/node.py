@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 
-from slurm_ml.health.checks import device, memory, nvlink, xid
+from slurm_ml.health.checks import device, kernel, memory, nvlink, xid
 from slurm_ml.health.checks._common import Out, text
 from slurm_ml.health.checks.expect import Expectations, Thresholds
 from slurm_ml.health.checks.findings import Finding, sort_findings
@@ -28,6 +29,21 @@ def _match(gpu: Gpu, previous: NodeSnapshot | None) -> Gpu | None:
     return next((old for old in previous.gpus if old.index == gpu.index), None)
 
 
+def bridged(snap: NodeSnapshot, exp: Expectations) -> Expectations:
+    """For PCIe cards that NVLink bridges may pair: the expectations of a bridged node
+    when the product is always bridged, or when any GPU on this node shows a bridge (an
+    active link, an ``NV`` cell); otherwise NVLink is not expected."""
+    if exp.bridge_links == 0 or exp.nvlink_links_per_gpu:
+        return exp
+    seen = any(isinstance(g.nvlinks, tuple) and any(k.active is True for k in g.nvlinks)
+               for g in snap.gpus)
+    seen = seen or any(c.strip().upper().startswith("NV")
+                       for c in (snap.topology or {}).values())
+    if exp.bridge_required or seen:
+        return replace(exp, nvlink_links_per_gpu=exp.bridge_links)
+    return exp
+
+
 def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
                gpus: Collection[int] | None = None, previous: NodeSnapshot | None = None,
                xid_since: float | None = None,
@@ -44,6 +60,7 @@ def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
     Pure: no I/O, no clock. Missing readings (None) give ``probe.missing`` FLAGs, never a
     drain; NOT_SUPPORTED is tolerated where the hardware lacks the feature.
     """
+    exp = bridged(snap, exp)
     out = Out(exp, th)
     scope = {g.index for g in snap.gpus} if gpus is None else set(gpus)
     device.probe_errors(snap, out)
@@ -65,5 +82,7 @@ def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
             memory.ecc_aggregate(gpu, old, out)
             nvlink.errors(gpu, old, out)
     nvlink.topology(snap, scope, out)
+    nvlink.bridges(snap, scope, out)
     xid.xids(snap, scope, xid_since, out)
+    kernel.kernel_events(snap, scope, xid_since, out)
     return sort_findings(out.findings + out.missing_findings())

@@ -111,6 +111,14 @@ def fabric(gpu: Gpu, out: Out) -> None:
                 f"NVLink traffic cannot flow: drain, check nvidia-fabricmanager, reboot.",
                 f"fabric {state}", state=state, status=text(gpu.fabric_status))
         return
+    health = text(gpu.fabric_health)
+    if health is not None and health.strip().lower() not in ("healthy", "unknown"):
+        out.add("fabric.health", S.DRAIN_NOW, gpu,
+                f"{label(gpu)} joined the NVLink fabric but its health summary reads "
+                f"'{health}'; multi-node NVLink traffic may fail or run degraded: drain, "
+                f"check nvidia-fabricmanager / the NVLink switch trays, reboot.",
+                f"fabric health {health}", state=state, status=text(gpu.fabric_status),
+                health=health)
     if unsupported(gpu.fabric_status):
         return
     status = text(gpu.fabric_status)
@@ -121,6 +129,37 @@ def fabric(gpu: Gpu, out: Out) -> None:
                 f"{label(gpu)} joined the NVSwitch fabric with status '{status}' instead of "
                 f"Success; drain, check nvidia-fabricmanager, reboot.",
                 f"fabric {status}", state=state, status=status)
+
+
+def bridges(snap: NodeSnapshot, scope: Collection[int], out: Out) -> None:
+    """Bridged PCIe pairs: each GPU must reach one partner over ``NV<bridge_links>`` in
+    ``topo -m`` (``SYS`` or ``PHB`` to every peer means its bridge is missing or not
+    seated; ``NV3`` on a 4-link bridge means a bridge with a link that does not make
+    contact). Judged only where ``checks.node.bridged`` turned bridges on."""
+    want = out.exp.bridge_links
+    if want == 0 or out.exp.nvlink_links_per_gpu != want or snap.topology is None:
+        return
+    target = f"NV{want}"
+    idx = sorted({g.index for g in snap.gpus} | {i for pair in snap.topology for i in pair})
+    by_index = {g.index: g for g in snap.gpus}
+    for i in idx:
+        if i not in scope or i not in by_index:
+            continue
+        cells = {j: c.strip().upper() for j in idx if j != i
+                 if (c := snap.topology.get((i, j)) or snap.topology.get((j, i)))}
+        if not cells:
+            continue
+        if any(c == target for c in cells.values()):
+            continue
+        nv = {j: c for j, c in cells.items() if c.startswith("NV")}
+        seen = "/".join(sorted(set(cells.values())))
+        why = (f"its bridge to GPU {join(sorted(nv))} carries {'/'.join(sorted(set(nv.values())))}"
+               if nv else f"it reaches every peer over {seen}: no bridge")
+        out.add("nvlink.bridge", S.DRAIN_NOW, by_index[i],
+                f"{label(by_index[i])} should have an NVLink-bridged partner at {target}, but "
+                f"{why}; drain, reseat or replace the NVLink bridge.",
+                f"bridge {'/'.join(sorted(set(nv.values()))) if nv else seen} not {target}",
+                expected=target, peers=dict(sorted((str(j), c) for j, c in cells.items())))
 
 
 def topology(snap: NodeSnapshot, scope: Collection[int], out: Out) -> None:

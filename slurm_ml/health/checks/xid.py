@@ -45,6 +45,9 @@ def _severity(code: int, ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
         return S.DRAIN_NOW, "drain, reset or reboot, and replace the GPU if it recurs"
     if code in out.th.xid_ignore:
         return None, ""
+    if code in out.th.xid_drain_after_job:
+        return S.DRAIN_AFTER_JOB, ("drain after the job and reset the GPU (the application "
+                                   "that hit it was stopped; other work is unaffected)")
     if code == 154:
         m = _ACTION.search(ev.message)
         if m is not None:

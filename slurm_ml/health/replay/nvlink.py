@@ -40,7 +40,11 @@ __all__ = [
 ]
 
 _GPU_HEADER = re.compile(r"GPU (\d{1,4}):(?:\s.*)?")
-_ELISION = frozenset({"...", "[...]", "…", "[…]"})
+#: What posters put where they cut output short; under a GPU header it means that GPU's
+#: link list is incomplete (parse_nvlink_status then leaves the GPU unread).
+_ELISION = frozenset({"...", "....", "[...]", "…", "[…]"})
+#: Spelled "inActive" by some drivers (B200, issue 15's held-out captures) and
+#: "inactive" by others (Azure NHC had to match both): compared without case.
 _ALL_INACTIVE = "all links are inactive"
 _STATUS = re.compile(r"Link (\d{1,3}):\s*([^:]*)")
 _SPEED = re.compile(r"(\d{1,6}(?:\.\d{1,6})?)\s*(GB/s|MB/s)")
@@ -107,7 +111,11 @@ def _gpu_blocks(text: str) -> Iterator[tuple[int, int, str]]:
     other_content = False
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
-        if not line or line in _ELISION:
+        if not line:
+            continue
+        if line in _ELISION:
+            if gpu is not None:
+                yield number, gpu, line
             continue
         header = _GPU_HEADER.fullmatch(line)
         if header:
@@ -126,10 +134,14 @@ def parse_nvlink_status(text: str) -> dict[int, tuple[NvLink, ...]]:
     """``nvidia-smi nvlink -s`` → GPU index → links, in link order."""
     links: dict[int, dict[int, NvLink]] = {}
     all_inactive: set[int] = set()
+    elided: set[int] = set()
     for number, gpu, line in _gpu_blocks(text):
         if not line:
             continue
-        if _ALL_INACTIVE in line:
+        if line in _ELISION:
+            elided.add(gpu)
+            continue
+        if _ALL_INACTIVE in line.lower():
             all_inactive.add(gpu)
             continue
         match = _STATUS.fullmatch(line)
@@ -149,6 +161,10 @@ def parse_nvlink_status(text: str) -> dict[int, tuple[NvLink, ...]]:
             raise CaptureError(f"line {number}: GPU {gpu} link {k} given twice, differently")
         per_gpu[k] = link
     out: dict[int, tuple[NvLink, ...]] = {}
+    most = max((len(v) for v in links.values()), default=0)
+    for gpu in elided:
+        if len(links.get(gpu, {})) < most:
+            links.pop(gpu, None)  # the poster cut this GPU's links short: not read
     for gpu in sorted(links.keys() | all_inactive):
         per_gpu = links.get(gpu, {})
         if gpu in all_inactive and any(link.active is True for link in per_gpu.values()):

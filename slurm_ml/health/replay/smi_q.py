@@ -18,13 +18,14 @@ How a printed value maps (case and surrounding blanks ignored):
 printed value                                            reading
 =======================================================  ==========================================
 ``N/A``, ``[N/A]``, ``Not Supported``,                   ``NOT_SUPPORTED`` (the device has no such
-``[Not Supported]``, ``Unknown Error``,                  feature, or NVML would not say; not
-``[Unknown Error]``                                      recorded as a GPU error)
+``[Not Supported]``                                      feature; not recorded as a GPU error)
 any other ``[...]`` (``[GPU requires reset]``,           ``None``, and the message goes to
-``[GPU is lost]``, ``[Insufficient Permissions]``), and  ``Gpu.errors`` once per distinct message:
-the NVML error strings ``GPU requires reset``,           ``"GPU is lost (line 12, Product Name,
-``GPU is lost``, ``Insufficient Permissions``,           and 40 more)"``. Every value of the GPU's
-``Corrupted infoROM``, ``Timeout``, ...                  block is scanned, read by us or not
+``[Unknown Error]``, ``[Insufficient Permissions]``),    ``Gpu.errors`` once per distinct message:
+and the NVML error strings ``Unknown Error``, ``ERR!``,  ``"GPU is lost (line 12, Product Name,
+``GPU requires reset``, ``GPU is lost``, ``Corrupted     and 40 more)"``. Every value of the GPU's
+infoROM``, ``Timeout``, ...                              block is scanned, read by us or not.
+                                                         ``Unknown Error`` and ``ERR!`` are faults
+                                                         of the GPU (checks.device: error state)
 ``Yes``/``Enabled``/``Active``                           ``True``
 ``No``/``Disabled``/``Not Active``                       ``False``
 ``12 MiB``, ``16x``, ``37 %``, ``4``                     ``12``, ``16``, ``37.0``, ``4``
@@ -65,7 +66,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.health.snapshot import (
@@ -102,7 +103,7 @@ class UnsafeXmlError(CaptureError):
 # --------------------------------------------------------------------------- values
 
 _NOT_SUPPORTED_VALUES = frozenset(
-    {"n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "[unknown error]"}
+    {"n/a", "[n/a]", "not supported", "[not supported]"}
 )
 #: NVML error strings nvidia-smi prints in place of a value (also seen in brackets).
 _ERROR_VALUES = frozenset(
@@ -119,6 +120,8 @@ _ERROR_VALUES = frozenset(
         "gpu access blocked by the operating system",
         "driver/library version mismatch",
         "memory error",
+        "unknown error",
+        "err!",
     }
 )
 _TRUE = frozenset({"yes", "enabled", "active", "true"})
@@ -351,6 +354,7 @@ class _Layout:
     remapped: str = "remapped_rows"
     fabric_state: str = "fabric/state"
     fabric_status: str = "fabric/status"
+    fabric_health: str = "fabric/health/summary"
     reset_required: str = "gpu_reset_status/reset_required"
     drain_reset: str = "gpu_reset_status/drain_and_reset_recommended"
     recovery: str = "gpu_recovery_action"
@@ -551,6 +555,7 @@ def _gpu(
         nvlinks=None,
         fabric_state=_read(block.get(lay.fabric_state), _str),
         fabric_status=_read(block.get(lay.fabric_status), _str),
+        fabric_health=_read(block.get(lay.fabric_health), _str),
         pcie_width_current=_read(block.get(lay.width_cur), _width),
         pcie_width_max=_read(block.get(lay.width_max), _width),
         pcie_gen_current=_read(block.get(lay.gen_cur), _int),
@@ -685,9 +690,46 @@ def _text_tree(text: str) -> _Node:
     return root
 
 
+#: A shell prompt or the command itself above pasted output ("# nvidia-smi -q",
+#: "root@host:~# nvidia-smi -q | grep ..."), and grep's "--" between matches.
+_PROMPT = re.compile(r"^\s*(?:\S*[#$>%]\s*)?(?:sudo\s+)?nvidia-smi\b.*$|^--$")
+_TOP_LEVEL = re.compile(r"^(?:GPU\s+\S+|Unable to determine|Timestamp|Driver Version|CUDA "
+                        r"Version|Attached GPUs|=+\s*NVSMI LOG|No devices were found"
+                        r"|NVIDIA-SMI has failed|Failed to initialize NVML)", re.IGNORECASE)
+_PADDED_KV = re.compile(r"^ *\S[^:]*? {2,}: ")
+#: The header a section pasted on its own is read under: a GPU of unknown address.
+FRAGMENT_HEADER: Final = "GPU (section pasted on its own)"
+
+
+def _as_gpu_block(text: str) -> str:
+    """Prompt lines dropped; a section pasted on its own (just "ECC Errors", "Remapped
+    Rows" or "Fabric", at any indentation) re-indented under one GPU header, so that the
+    parser reads it as that GPU's block. Lines deeper than the section's own level before
+    its first line (the tail of a section whose header was not pasted) are dropped."""
+    lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
+    content = [line for line in lines if line.strip()]
+    padded = sum(1 for line in content if _PADDED_KV.match(line))
+    if padded < 2 or any(_TOP_LEVEL.match(line) for line in content
+                         if not line[:1].isspace()):
+        return "\n".join(lines)
+    base = min(len(line) - len(line.lstrip(" ")) for line in content)
+    out = [FRAGMENT_HEADER]
+    started = False
+    for line in lines:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if not started and indent > base:
+            continue
+        started = True
+        out.append("    " + line[base:])
+    return "\n".join(out)
+
+
 def parse_smi_q_text(text: str, node: str = "") -> NodeSnapshot:
-    """Read ``nvidia-smi -q`` text output (whole, or an excerpt) into a snapshot."""
-    root = _text_tree(text)
+    """Read ``nvidia-smi -q`` text output (whole, an excerpt, or one section pasted on its
+    own) into a snapshot."""
+    root = _text_tree(_as_gpu_block(text))
     top: dict[str, Reading[str]] = {}
     attached: Reading[int] = None
     gpus: list[Gpu] = []
@@ -702,6 +744,10 @@ def parse_smi_q_text(text: str, node: str = "") -> NodeSnapshot:
             continue
         lost = _LOST.fullmatch(child.label)
         header = _GPU_HEADER.fullmatch(child.label)
+        if child.label == FRAGMENT_HEADER:
+            gpus.append(_gpu(len(gpus), child, None, _TEXT, None))
+            blocks.append(child)
+            continue
         if lost is not None:
             m = _BUS.search(lost[1])
             reason = lost[1][m.end() :] if m else lost[1].partition(":")[2]
