@@ -1,5 +1,5 @@
 """``slurm-ml quarantine``: list, resume and reset slurm-ml's node drains and the
-per-class circuit breaker (audited)."""
+circuit breakers, per node class and per check (audited)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from slurm_ml.cli.hooks import hook_options, hook_settings, open_db
 
 @click.group()
 def quarantine() -> None:
-    """slurm-ml's node drains and the per-class circuit breaker."""
+    """slurm-ml's node drains and the circuit breakers (per node class, per check)."""
 
 
 def _operator_boundaries(config_path: str | None, dsn: str | None) -> Any:
@@ -68,9 +68,10 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
         lines.append(f"drained  {d.node:<8} {d.node_class or '-':<10} {streak}/{d.needed} "
                      f"clean checks  {d.reason}")
     for a in view.alarms:
-        lines.append(f"ALARM    {a.node_class}: breaker tripped at {a.at.isoformat()} "
+        what = a.node_class if a.check is None else f"check {a.check}"
+        lines.append(f"ALARM    {what}: breaker tripped at {a.at.isoformat()} "
                      f"refusing {a.refused} (drained: {', '.join(a.drained) or '-'}); "
-                     f"`slurm-ml quarantine reset {a.node_class}` re-arms it")
+                     f"`{a.scope.reset_command}` re-arms it")
     if not lines:
         lines.append("no slurm-ml drains, no breaker alarms")
     emit(view.to_json(), as_json, "\n".join(lines))
@@ -109,22 +110,29 @@ def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str 
 
 
 @quarantine.command("reset")
-@click.argument("node_class", metavar="CLASS")
+@click.argument("node_class", metavar="[CLASS]", required=False)
+@click.option("--check", "check", metavar="CHECK_ID",
+              help="Reset the breaker of one check across the fleet (e.g. "
+                   "nvlink.active_links, xid.79) instead of a node class's.")
 @hook_options
-def quarantine_reset(node_class: str, config_path: str | None, dsn: str | None,
-                     as_json: bool) -> None:
-    """Close the circuit-breaker alarm of node class CLASS (audited), so that slurm-ml
-    drains there again.
+def quarantine_reset(node_class: str | None, check: str | None, config_path: str | None,
+                     dsn: str | None, as_json: bool) -> None:
+    """Close the circuit-breaker alarm of node class CLASS, or of check CHECK_ID with
+    --check (audited), so that slurm-ml drains there (for that check) again. Only drains
+    after the reset count for that breaker from then on: a fresh window.
 
-    Exit codes: 0 reset; 1 the audit entry could not be written; 2 no such class or bad
-    config.
+    Exit codes: 0 reset; 1 the audit entry could not be written; 2 no such class, not a
+    check id, neither or both given, or bad config.
     """
     from slurm_ml.hooks import wiring
     from slurm_ml.hooks.quarantine_ops import UnknownTarget
 
+    if (node_class is None) == (check is None):
+        fail("name a node class (CLASS) or a check (--check CHECK_ID), one of them",
+             EXIT_BAD_INPUT)
     b = _operator_boundaries(config_path, dsn)
     try:
-        result = wiring.quarantine_reset(node_class, b, actor=_actor())
+        result = wiring.quarantine_reset(node_class, b, actor=_actor(), check=check)
     except UnknownTarget as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except _operator_errors() as exc:
@@ -132,5 +140,7 @@ def quarantine_reset(node_class: str, config_path: str | None, dsn: str | None,
     finally:
         b.close()
     cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
+    what = result.node_class if result.check is None else f"check {result.check}"
     emit(wiring.outcome_json(result), as_json,
-         f"reset {result.node_class}: {cleared} open alarm(s) closed")
+         f"reset {what}: {cleared} open alarm(s) closed; its breaker counts drains "
+         f"from now on")

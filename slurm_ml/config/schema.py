@@ -172,7 +172,10 @@ class QuarantineConfig:
 
     resume_after_passes: int = knob(3, ge(1))  # consecutive clean checks before a resume
     breaker_fraction: float = knob(0.2, fraction)  # share of a node class drained per window
-    breaker_window_min: float = knob(30.0, gt(0))  # the window breaker_fraction is over
+    breaker_window_min: float = knob(30.0, gt(0))  # the window both breakers count over
+    # Share of ALL managed nodes one check (Finding.check_id) may drain per window (at
+    # least 2) before that check stops draining anywhere, once its drains span 2+ classes.
+    breaker_check_fraction: float = knob(0.2, fraction)
     prolog_budget_s: float = knob(5.0, gt(0))  # the prolog's whole health check, hard limit
 
 

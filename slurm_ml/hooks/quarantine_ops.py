@@ -2,8 +2,9 @@
 
 ``list_quarantine``: slurm-ml's drains (with their pass streak) and the open breaker
 alarms, as plain data (``to_json``). ``resume_node``: lift a drain (only an owned one
-unless ``force``), audited as the operator. ``reset_breaker``: close a class's alarm
-(audit ``breaker.reset``), so that slurm-ml drains in that class again.
+unless ``force``), audited as the operator. ``reset_breaker``: close the alarm of a node
+class or of one check (audit ``breaker.reset``), so that slurm-ml drains there (for that
+check) again; the reset also starts a fresh window for that scope's breaker.
 
 Slurm errors propagate (the CLI reports them); a store that cannot be read shrinks the
 view (``store_ok`` False), a store write that fails propagates: an operator action that
@@ -27,7 +28,7 @@ from slurm_ml.hooks.history import (
 )
 from slurm_ml.hooks.record import Recorder
 from slurm_ml.model import Node
-from slurm_ml.policy.quarantine import Alarm, owned, pass_streak
+from slurm_ml.policy.quarantine import Alarm, Scope, is_check_id, owned, pass_streak
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import AuditEntry, derive_key
@@ -78,8 +79,9 @@ class QuarantineView:
             "drains": [{"node": d.node, "node_class": d.node_class, "reason": d.reason,
                         "drained_at": when(d.drained_at), "streak": d.streak,
                         "needed": d.needed} for d in self.drains],
-            "alarms": [{"node_class": a.node_class, "at": when(a.at),
-                        "drained": list(a.drained), "refused": a.refused}
+            "alarms": [{"scope": a.scope.kind, "node_class": a.node_class,
+                        "check": a.check, "at": when(a.at), "drained": list(a.drained),
+                        "refused": a.refused, "reset": a.scope.reset_command}
                        for a in self.alarms],
             "store_ok": self.store_ok, "errors": list(self.errors)}
 
@@ -93,8 +95,15 @@ class ResumeResult:
 
 @dataclass(frozen=True, slots=True)
 class ResetResult:
-    node_class: str
+    node_class: str | None  # the class reset (None: a check was)
     cleared: int | None  # alarms the reset closed; None when the store could not be read
+    check: str | None = None  # the check reset (None: a class was)
+
+    @property
+    def scope(self) -> Scope:
+        if self.check is not None:
+            return Scope.of_check(self.check)
+        return Scope.of_class(self.node_class or "")
 
 
 def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store) -> QuarantineView:
@@ -145,17 +154,32 @@ def resume_node(node: str, *, slurm: SlurmClient, store: Store, now: datetime,
     return ResumeResult(node, n.reason, force and not mine)
 
 
-def reset_breaker(node_class: str, *, cfg: Config, store: Store, now: datetime,
-                  actor: str = "operator") -> ResetResult:
-    """Close the breaker alarm(s) of ``node_class`` (audit ``breaker.reset``)."""
-    if node_class not in {c.name for c in cfg.node_classes}:
-        known = ", ".join(sorted(c.name for c in cfg.node_classes))
-        raise UnknownTarget(f"no node class {node_class!r} (known: {known})")
+def reset_breaker(node_class: str | None, *, cfg: Config, store: Store, now: datetime,
+                  actor: str = "operator", check: str | None = None) -> ResetResult:
+    """Close the breaker alarm(s) of ``node_class``, or of ``check`` (exactly one of
+    them), audited as ``breaker.reset``. From now on only drains after this reset count
+    for that scope's breaker (a fresh window), even with no alarm open."""
+    if node_class is not None and check is not None:
+        raise UnknownTarget("name a node class or a check (--check CHECK_ID), not both")
+    if check is not None:
+        if not is_check_id(check):
+            raise UnknownTarget(f"{check!r} is not a check id (dotted, like "
+                                f"nvlink.active_links or xid.79)")
+        scope = Scope.of_check(check)
+    elif node_class is not None:
+        if node_class not in {c.name for c in cfg.node_classes}:
+            known = ", ".join(sorted(c.name for c in cfg.node_classes))
+            raise UnknownTarget(f"no node class {node_class!r} (known: {known})")
+        scope = Scope.of_class(node_class)
+    else:
+        raise UnknownTarget("name a node class or a check (--check CHECK_ID)")
     entries = Recorder(store).read("audit log", lambda s: s.audit_entries())
     cleared = None if entries is None else sum(
-        1 for a in open_alarms(entries) if a.node_class == node_class)
+        1 for a in open_alarms(entries) if a.scope == scope)
+    details: dict[str, object] = {"open_alarms": cleared, "scope": scope.kind}
+    if check is not None:
+        details["check"] = check
     store.audit(AuditEntry(
-        idempotency_key=derive_key("audit.breaker.reset", node_class, actor, now),
-        actor=actor, action=RESET, target=node_class, at=now,
-        details={"open_alarms": cleared}))
-    return ResetResult(node_class, cleared)
+        idempotency_key=derive_key("audit.breaker.reset", scope.target, actor, now),
+        actor=actor, action=RESET, target=scope.target, at=now, details=details))
+    return ResetResult(node_class, cleared, check)

@@ -313,9 +313,11 @@ def quarantine_resume(node: str, b: Boundaries, *, actor: str, force: bool) -> R
                        force=force)
 
 
-def quarantine_reset(node_class: str, b: Boundaries, *, actor: str) -> ResetResult:
+def quarantine_reset(node_class: str | None, b: Boundaries, *, actor: str,
+                     check: str | None = None) -> ResetResult:
     drain_spool(b.store)
-    return reset_breaker(node_class, cfg=b.cfg, store=b.store, now=b.clock(), actor=actor)
+    return reset_breaker(node_class, cfg=b.cfg, store=b.store, now=b.clock(), actor=actor,
+                         check=check)
 
 
 def operator(env: Mapping[str, str], login: str) -> str:

@@ -7,12 +7,17 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from slurm_ml import proc
+from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.hooks.history import drain_events
+from slurm_ml.hooks.quarantine_ops import reset_breaker
 from slurm_ml.model import Node
 from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.store.postgres import PostgresStore
 
 #: What Slurm itself writes when a prolog fails without slurm-ml having drained the node
 #: (only if a test is interrupted mid-prolog).
@@ -26,6 +31,25 @@ def slurm_ml_cli(cluster: DevCluster, config: Path, *args: str) -> proc.Result:
                     timeout_s=60)
 
 
+def fresh_breaker_windows(cluster: DevCluster, config: Path) -> None:
+    """Reset the breaker of every node class, and of every check that drained a node in
+    the window: the drains of the test that just ran no longer count for any breaker, so
+    the next test (or the next run of the suite within the window) starts afresh. On the
+    dev cluster one check may drain only 2 nodes per window (6 nodes, at least 2), which
+    the modules' NVLink faults on gpu01 and gpu03 reach."""
+    cfg = load_config(config)
+    now = datetime.now(UTC)
+    since = now - timedelta(minutes=cfg.policy.quarantine.breaker_window_min)
+    with PostgresStore(cluster.dsn()) as store:
+        entries = store.audit_entries()
+        checks = {c for e in drain_events(entries, cfg, since) for c in e.checks}
+        for cls in cfg.node_classes:
+            reset_breaker(cls.name, cfg=cfg, store=store, now=now, actor="test/restore")
+        for check in sorted(checks):
+            reset_breaker(None, check=check, cfg=cfg, store=store, now=now,
+                          actor="test/restore")
+
+
 def node_map(cluster: DevCluster) -> dict[str, Node]:
     return {n.name: n for n in CliSlurm(cluster.runner()).list_nodes()}
 
@@ -35,7 +59,8 @@ def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
     """Cancel ``jobs`` and wait until their prologs and epilogs are over (a prolog still
     running could drain a node after it was resumed), clear every injected fault, resume
     nodes drained by slurm-ml, by a failed prolog or for one of ``reasons``, reset the
-    quarantine alarms, and wait until none of those drains is left."""
+    quarantine alarms and start every breaker's window afresh (``fresh_breaker_windows``),
+    and wait until none of those drains is left."""
     if jobs:
         ids = ",".join(map(str, jobs))
         proc.run(["scancel", *map(str, jobs)], check=False)
@@ -48,8 +73,10 @@ def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
             slurm_ml_cli(cluster, config, "devcluster", "fault", node, "--clear")
     alarms = json.loads(slurm_ml_cli(cluster, config, "quarantine", "list", "--json").stdout
                         or '{"alarms": []}')
-    for cls in {a["node_class"] for a in alarms["alarms"]}:
-        slurm_ml_cli(cluster, config, "quarantine", "reset", cls)
+    for args in {("--check", a["check"]) if a.get("check") else (a["node_class"],)
+                 for a in alarms["alarms"]}:
+        slurm_ml_cli(cluster, config, "quarantine", "reset", *args)
+    fresh_breaker_windows(cluster, config)
     ours = {PROLOG_ERROR, *reasons}
     deadline = time.monotonic() + timeout_s
     while True:

@@ -114,6 +114,18 @@ def test_quarantine_bad_input_and_a_spooled_reset(node_env: dict[str, str | None
     assert code == 1 and "slurm-ml: error:" in err  # Slurm cannot be asked
 
 
+def test_quarantine_reset_of_a_check(node_env: dict[str, str | None]) -> None:
+    code, out, _ = invoke(node_env, "quarantine", "reset", "--check", "nvlink.active_links",
+                          "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["check"], doc["node_class"]) == ("nvlink.active_links", None)
+    for args, match in ((("--check", "nvlink"), "is not a check id"),
+                        (("a100-40g", "--check", "xid.79"), "one of them"),
+                        ((), "one of them")):
+        code, _, err = invoke(node_env, "quarantine", "reset", *args)
+        assert code == 2 and match in err, (args, err)
+
+
 def test_devcluster_fault_command(tmp_path: Path) -> None:
     state = str(tmp_path / "dc")
     base = ("devcluster", "fault", "--state-dir", state)

@@ -461,6 +461,10 @@ RULES: list[tuple[str, tuple[Key, ...], object, str]] = [
     ("user-not-string", (*PROJ, 0, "users", 0), 7, "expected a string, got 7"),
     # --- knobs
     ("fraction-zero", ("policy", "contracts", "preempt_cap_fraction"), 0, "must be in (0, 1]"),
+    ("check-fraction-zero", ("policy", "quarantine", "breaker_check_fraction"), 0,
+     "must be in (0, 1]"),
+    ("check-fraction-over-one", ("policy", "quarantine", "breaker_check_fraction"), 1.5,
+     "must be in (0, 1]"),
     (
         "fraction-over-one",
         ("policy", "contracts", "preempt_cap_fraction"),
