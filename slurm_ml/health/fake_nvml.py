@@ -42,6 +42,7 @@ from slurm_ml.health.probe_nvml import (
     ERROR_RESET_REQUIRED,
     ERROR_UNINITIALIZED,
     ERROR_UNKNOWN,
+    FABRIC_HEALTH,
     FABRIC_STATES,
     FIELD_DRAIN_AND_RESET_STATUS,
     FIELD_RECOVERY_ACTION,
@@ -82,6 +83,7 @@ ANY_CALL: Final = "*"
 _LOST = re.compile(r"gpu is lost", re.IGNORECASE)
 _RESET = re.compile(r"requires? (a )?reset|reset required", re.IGNORECASE)
 _FABRIC_CODES: Final = {text.lower(): code for code, text in FABRIC_STATES.items()}
+_FABRIC_HEALTH_CODES: Final = {text.lower(): code for code, text in FABRIC_HEALTH.items()}
 _REMOTE_CODES: Final = {text: code for code, text in REMOTE_DEVICE_TYPES.items()}
 _RECOVERY_CODES: Final = {text.lower(): code for code, text in RECOVERY_ACTIONS.items()}
 _CLOCK_BITS: Final = dict(CLOCK_EVENT_BITS)
@@ -354,7 +356,10 @@ class FakeNvml:
             raise nvml_error(self._missing(gpu))
         status = gpu.fabric_status
         ok = not isinstance(status, str) or status.strip().lower() == "success"
-        return FabricInfo(code, SUCCESS if ok else ERROR_UNKNOWN)
+        health = gpu.fabric_health
+        summary = (None if health is None else 0 if not isinstance(health, str)
+                   else _FABRIC_HEALTH_CODES.get(health.strip().lower(), 0))
+        return FabricInfo(code, SUCCESS if ok else ERROR_UNKNOWN, summary)
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: object) -> int:
         gpu = self._device("nvmlDeviceGetCurrPcieLinkWidth", handle)

@@ -148,6 +148,9 @@ _FIELD_NAMES: Final = {
 #: ``nvmlGpuFabricState_t`` → nvidia-smi's "Fabric / State" text (0 = not supported).
 FABRIC_STATES: Final = {1: "Not Started", 2: "In Progress", 3: "Completed"}
 FABRIC_COMPLETED: Final = 3
+#: ``NVML_GPU_FABRIC_HEALTH_SUMMARY_*`` → nvidia-smi's "Fabric / Health / Summary" text
+#: (0 = not supported).
+FABRIC_HEALTH: Final = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
 #: ``nvmlNvLinkDeviceType_t`` → ``NvLink.remote_device_type``.
 REMOTE_DEVICE_TYPES: Final = {0: "GPU", 1: "IBMNPU", 2: "SWITCH", 0xFF: "UNKNOWN"}
 #: ``NVML_GPU_RECOVERY_ACTION_*`` → ``Gpu.recovery_action`` (nvidia-smi prints "None" for 0;
@@ -219,6 +222,9 @@ class Utilization:
 class FabricInfo:
     state: int  # nvmlGpuFabricState_t
     status: int  # an nvmlReturn_t; meaningful only when state is COMPLETED
+    #: NVML_GPU_FABRIC_HEALTH_SUMMARY_* (nvmlGpuFabricInfo_v3+, drivers 570+); None when
+    #: the driver or pynvml has no such field.
+    health_summary: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,13 +388,19 @@ class PynvmlApi:
         return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
 
     def nvmlDeviceGetGpuFabricInfo(self, handle: object) -> FabricInfo:
-        versioned = getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)
-        if versioned is not None and hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):
+        # v3 carries the health summary nvidia-smi prints (570+); older drivers refuse
+        # its version with ARGUMENT_VERSION_MISMATCH, then v2 / the unversioned call.
+        for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfoV_t"):
+            versioned = getattr(pynvml, name, None)
+            if versioned is None or not hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):
+                continue
             info = versioned()
             try:
                 pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
-                return FabricInfo(int(info.state), int(info.status))
-            except pynvml.NVMLError as exc:  # a driver before the versioned call
+                summary = getattr(info, "healthSummary", None)
+                return FabricInfo(int(info.state), int(info.status),
+                                  None if summary is None else int(summary))
+            except pynvml.NVMLError as exc:  # a driver before this version
                 if not _is(exc, *_TOO_OLD):
                     raise
         info = pynvml.c_nvmlGpuFabricInfo_t()
@@ -701,6 +713,7 @@ class _Reader:
         v["nvlinks"] = self._nvlinks(h, errs)
         fabric = call(errs, "nvmlDeviceGetGpuFabricInfo", api.nvmlDeviceGetGpuFabricInfo, h)
         v["fabric_state"], v["fabric_status"] = _fabric(fabric)
+        v["fabric_health"] = _fabric_health(fabric)
         for key, name, fn in (
             ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth",
              api.nvmlDeviceGetCurrPcieLinkWidth),
@@ -888,6 +901,18 @@ def _fabric(info: object) -> tuple[Reading[str], Reading[str]]:
         return state, NOT_SUPPORTED  # "status must be checked only if state is complete"
     status = "Success" if info.status == SUCCESS else _message(nvml_error(info.status))
     return state, status
+
+
+def _fabric_health(info: object) -> Reading[str]:
+    """The health summary as nvidia-smi prints it; NOT_SUPPORTED for 0, None (not read)
+    when the driver answered an older struct without the field."""
+    if not isinstance(info, FabricInfo):
+        return info  # type: ignore[return-value]
+    if info.health_summary is None:
+        return None
+    if info.health_summary == 0:
+        return NOT_SUPPORTED
+    return FABRIC_HEALTH.get(info.health_summary, f"Unknown ({info.health_summary})")
 
 
 if TYPE_CHECKING:  # mypy proves the implementations fit their Protocols

@@ -339,10 +339,12 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
             raise CaptureError(msg if msg.startswith(f"{name}:") else f"{name}: {msg}") from exc
         names.append(name)
 
+    from_table = parts.smi is None and bool(parts.tables)
     if parts.tables:
         parts.smi = _with_tables(parts.smi, parts.tables)
     smi_name, smi = parts.smi if parts.smi is not None else ("", None)
-    known = _known_count(smi)
+    # A plain table or an error line does not say how many GPUs the node has.
+    known = None if from_table else _known_count(smi)
     gpus: dict[int, Gpu] = {g.index: g for g in smi.gpus} if smi is not None else {}
 
     def place(index: int, source: str) -> Gpu:

@@ -54,7 +54,7 @@ NS = NOT_SUPPORTED
 
 #: Gpu fields NvmlProbe does not read (nvidia-smi -q only, or other captures).
 NOT_FROM_NVML = frozenset({"sram_threshold_exceeded", "channel_repair_pending",
-                           "tpc_repair_pending", "unrepairable_memory", "fabric_health"})
+                           "tpc_repair_pending", "unrepairable_memory"})
 #: The NVML call behind each Gpu field: a probe error must name a call whose field the
 #: capture did not show.
 CALL_OF = {
@@ -68,7 +68,7 @@ CALL_OF = {
     "drain_and_reset_recommended": "nvmlDeviceGetFieldValues(NVML_FI_DEV_DRAIN_AND_RESET_STATUS)",
     "recovery_action": "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
     "mig_enabled": "nvmlDeviceGetMigMode", "nvlinks": "nvmlDeviceGetNvLinkState",
-    "fabric_state": "nvmlDeviceGetGpuFabricInfo",
+    "fabric_state": "nvmlDeviceGetGpuFabricInfo", "fabric_health": "nvmlDeviceGetGpuFabricInfo",
     "pcie_width_current": "nvmlDeviceGetCurrPcieLinkWidth",
     "pcie_width_max": "nvmlDeviceGetMaxPcieLinkWidth",
     "pcie_gen_current": "nvmlDeviceGetCurrPcieLinkGeneration",
@@ -101,9 +101,12 @@ def none_fields(gpu: Gpu) -> set[str]:
 
 
 def comparable(gpu: Gpu) -> Gpu:
+    # A capture without a Fabric Health section reads None; through NVML the same GPU's
+    # fabric call says NOT_SUPPORTED for all of it: the checks treat both alike.
+    health = None if gpu.fabric_health is NS else gpu.fabric_health
     return dataclasses.replace(gpu, errors=(), sram_threshold_exceeded=None,
                                channel_repair_pending=None, tpc_repair_pending=None,
-                               unrepairable_memory=None, fabric_health=None)
+                               unrepairable_memory=None, fabric_health=health)
 
 
 # --------------------------------------------------------------------------- round trip
@@ -173,7 +176,7 @@ def test_round_trip_capture_through_nvml(name: str) -> None:
         assert comparable(have) == comparable(want)
         # Every error names the call of a field the capture did not show, and each such
         # field gave one (the fake answers "Not Found" for it).
-        missing = none_fields(want) - NOT_FROM_NVML - {"errors", "fabric_status"}
+        missing = none_fields(want) - NOT_FROM_NVML - {"errors", "fabric_status", "fabric_health"}
         calls = {e.split(":")[0].split(" (")[0] for e in have.errors}
         assert calls == {c for f in missing for c in CALL_OF[f].split()}, have.errors
     for path, value in row.facts.items():
@@ -834,3 +837,20 @@ def test_pynvml_api_missing_function_is_a_call_error(monkeypatch: pytest.MonkeyP
     gpu = NvmlProbe(PynvmlApi()).snapshot("x").gpus[0]
     assert gpu.remapped_rows is None
     assert gpu.errors == ("nvmlDeviceGetRemappedRows: Function Not Found",)
+
+
+def test_fabric_health_summary_gives_the_same_verdict_through_nvml() -> None:
+    """Issue 15: a live node and a capture of it get the same verdict. The -q "Fabric /
+    Health / Summary: Unhealthy" and NVML's healthSummary (v3 fabric info) both drain."""
+    gpu = Gpu(index=0, name="NVIDIA GB200", fabric_state="Completed", fabric_status="Success",
+              fabric_health="Unhealthy")
+    replay = NodeSnapshot("node1", gpus=(gpu,), attached_gpus=1)
+    got = probe_of(replay)[0].snapshot("node1")
+    assert got.gpus[0].fabric_health == "Unhealthy"
+    exp = Expectations(gpu_count=1)
+
+    def drains(snap: NodeSnapshot) -> set[tuple[str, Severity, int | None]]:
+        return {(f.check_id, f.severity, f.gpu) for f in check_node(snap, exp, Thresholds())
+                if f.severity.drains}
+
+    assert drains(got) == drains(replay) == {("fabric.health", Severity.DRAIN_NOW, 0)}

@@ -62,6 +62,13 @@ def gpu_count(snap: NodeSnapshot, job_gpus: Collection[int] | None, out: Out) ->
         out.miss("job_gpus", None, *(f"gpu {i}" for i in absent))
 
 
+def _short(error: str) -> str:
+    """An error without its where-from parenthetical, short enough for a drain reason:
+    "Unknown Error (line 8, device handle unavailable)" → "Unknown Error"."""
+    head = error.split(" (", 1)[0].strip() or error
+    return head[:40]
+
+
 def lost(gpu: Gpu, out: Out) -> bool:
     """gpu.lost / gpu.error_state / gpu.inforom from the probe's per-GPU errors; True if
     the GPU is gone or in an error state (its other readings are then noise and are not
@@ -74,7 +81,7 @@ def lost(gpu: Gpu, out: Out) -> bool:
         out.add("gpu.lost", S.DRAIN_NOW, gpu,
                 f"{label(gpu)} reports '{gone[0]}'; it cannot run work until reset: drain, "
                 f"reset or reboot, and replace it if it happens again.",
-                gone[0][:40], errors=list(gpu.errors))
+                _short(gone[0]), errors=list(gpu.errors))
         return True
     broken = [e for e in gpu.errors if _ERROR_STATE.search(e) and not _NOT_THE_GPU.search(e)]
     if broken:
@@ -86,7 +93,8 @@ def lost(gpu: Gpu, out: Out) -> bool:
                 "bus', reset the GPU or reboot")
         out.add("gpu.error_state", sev, gpu,
                 f"{label(gpu)} reads '{broken[0]}' in place of values; {what}.",
-                broken[0][:40], errors=list(gpu.errors), fan_only=fan_only)
+                _short(broken[0]) + (" (fan)" if fan_only else ""), errors=list(gpu.errors),
+                fan_only=fan_only)
         if not fan_only:
             return True
     rom = [e for e in gpu.errors if _INFOROM.search(e)]
@@ -100,7 +108,7 @@ def lost(gpu: Gpu, out: Out) -> bool:
         out.add("probe.gpu_error", S.FLAG, gpu,
                 f"The probe could not read some values of {label(gpu)} ({rest[0]}); the "
                 f"checks that needed them report probe.missing.",
-                rest[0][:40], errors=rest)
+                _short(rest[0]), errors=rest)
     return False
 
 
