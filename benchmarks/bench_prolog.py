@@ -11,6 +11,11 @@ Two figures: ``in_process`` times ``run_prolog`` after imports (what a resident 
 would pay); ``process`` runs a fresh Python per prolog (what slurmd pays today: interpreter
 start, imports, parse, checks, records) and reads its peak RSS.
 
+A third figure, ``kernel_log``, times what a live prolog adds on a node: reading Xids
+and the other GPU kernel messages out of a full 1 MiB kernel ring buffer (the lines of
+every real kernel-log capture in data/gpu/xid, repeated until the buffer is full: real
+lines, a made-up mix).
+
 Usage: python benchmarks/bench_prolog.py [RUNS] [--json]
 Targets (issue 4): prolog wall time p99 <= 1 s, peak RSS <= 80 MB.
 """
@@ -94,6 +99,30 @@ def process(runs: int) -> dict[str, object]:
             "peak_rss_mb": round(peak_kb / 1024, 1), "outcome": last}
 
 
+def kernel_log(runs: int, size: int = 1 << 20) -> dict[str, object]:
+    from slurm_ml.health.replay.kernel import parse_kernel_events
+    from slurm_ml.health.replay.xid import parse_xids
+
+    lines = [line for f in sorted((GPU / "xid").iterdir())
+             for line in f.read_text(errors="replace").splitlines()]
+    text, i = [], 0
+    total = 0
+    while total < size:
+        text.append(lines[i % len(lines)])
+        total += len(text[-1]) + 1
+        i += 1
+    log = "\n".join(text)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        xids, events = parse_xids(log), parse_kernel_events(log)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return {"bytes": len(log), "lines": len(text), "runs": runs, "xids": len(xids),
+            "events": len(events), "p50_s": round(statistics.median(times), 4),
+            "max_s": round(times[-1], 4)}
+
+
 def write_config() -> None:
     text = (REPO / "slurm_ml" / "share" / "slurm-ml.yaml").read_text()
     head, tail = text.split("  a100_80g:", 1)
@@ -107,7 +136,7 @@ def main(runs: int, as_json: bool) -> None:
     logging.disable(logging.CRITICAL)
     write_config()
     out = {"captures": [c.name for c in CAPTURES], "process": process(runs),
-           "in_process": in_process(runs * 5)}
+           "in_process": in_process(runs * 5), "kernel_log": kernel_log(max(5, runs // 4))}
     print(json.dumps(out, indent=2) if as_json else out)
 
 
