@@ -295,7 +295,7 @@ def _with_tables(smi: tuple[str, NodeSnapshot] | None,
     rest = tables if smi is not None else tables[1:]
     gpus = list(base.gpus)
     errors = list(base.errors)
-    for name, table in rest:
+    for _, table in rest:
         errors += [e for e in table.errors if e not in errors]
         for tg in table.gpus:
             key = bus_key(tg.pci_bus_id)
@@ -309,7 +309,6 @@ def _with_tables(smi: tuple[str, NodeSnapshot] | None,
                 continue
             extra = tuple(e for e in tg.errors if e not in gpus[at].errors)
             gpus[at] = dataclasses.replace(gpus[at], errors=gpus[at].errors + extra)
-        del name
     return base_name, dataclasses.replace(base, gpus=tuple(sorted(gpus, key=lambda g: g.index)),
                                           errors=tuple(errors))
 
