@@ -147,13 +147,48 @@ class Job:
     nice: int = 0  # the user's --nice (a pending job's, from sprio where JSON lacks it)
     end_time: int | None = None  # when it ended (or will, at its time limit)
     batch: bool = True  # False for salloc/srun sessions (interactive)
+    num_tasks: int | None = None  # -n as slurmctld resolved it; None when it did not say
+    sockets_per_node: int | None = None  # --sockets-per-node; None when unset
+    #: GPUs in the allocation (AllocTRES ``gres/gpu``) once the job has one; None before
+    #: it starts or where the cluster does not account gres/gpu.
+    alloc_gpus: int | None = None
 
     @property
     def total_gpus(self) -> int:
-        """GPUs the job asks for in total, counted best-effort across scopes."""
-        total = 0
+        """GPUs the job holds (its allocation, once it has one) or asks for.
+
+        Billing, free GPUs, victim sizes, demand and zombie coverage all count with this,
+        so a ``--gpus-per-task=1 -n2`` job is 2 GPUs, not 1.
+        """
+        if self.alloc_gpus is not None:
+            return self.alloc_gpus
+        return self.requested_gpus
+
+    @property
+    def requested_gpus(self) -> int:
+        """GPUs the request adds up to, counted as Slurm counts them.
+
+        Per GRES record (one GPU type, or untyped), the first scope that is set decides,
+        as in :meth:`slurm_ml.policy.request.JobRequest.total_gpus`: per job as is, else
+        per node x nodes, else per socket x sockets per node x nodes, else per task x
+        tasks. Unknown tasks count one per node and unknown sockets one per node (Slurm
+        refuses ``--gpus-per-socket`` without ``--sockets-per-node``): a lower bound.
+        """
+        records: dict[str | None, dict[str, int]] = {}
         for g in self.gpus:
-            total += g.count * (self.num_nodes if g.per == "node" else 1)
+            rec = records.setdefault(g.gpu_type, {})
+            rec[g.per] = rec.get(g.per, 0) + g.count
+        nodes = max(1, self.num_nodes)
+        total = 0
+        for rec in records.values():
+            if rec.get("job"):
+                total += rec["job"]
+            elif rec.get("node"):
+                total += rec["node"] * nodes
+            elif rec.get("socket"):
+                total += rec["socket"] * max(1, self.sockets_per_node or 1) * nodes
+            elif rec.get("task"):
+                total += rec["task"] * max(1, self.num_tasks or nodes)
         return total
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
 from slurm_ml.slurm.errors import SlurmParseError
-from slurm_ml.slurm.tres import gpu_type_of_gres, parse_gpu_spec, parse_tres
+from slurm_ml.slurm.tres import gpu_type_of_gres, gpus_in_tres, parse_gpu_spec, parse_tres
 
 NO_VAL = 4294967294
 INFINITE = 4294967295
@@ -86,6 +86,7 @@ def job_from_oneliner(f: Mapping[str, str]) -> Job:
         raise SlurmParseError(f"scontrol job line without a JobId: {dict(f)!r}") from exc
     user = _opt(f.get("UserId")).split("(")[0]
     nodes = _opt(f.get("NodeList"))
+    state = JobState.parse(_opt(f.get("JobState")))
     return Job(
         job_id=job_id,
         name=_opt(f.get("JobName")),
@@ -93,7 +94,7 @@ def job_from_oneliner(f: Mapping[str, str]) -> Job:
         account=_opt(f.get("Account")),
         partition=_opt(f.get("Partition")),
         qos=_opt(f.get("QOS")),
-        state=JobState.parse(_opt(f.get("JobState"))),
+        state=state,
         reason=_opt(f.get("Reason")),
         nodes=nodes,
         num_nodes=_int_or_none(f.get("NumNodes", "").split("-")[0]) or 1,
@@ -108,7 +109,30 @@ def job_from_oneliner(f: Mapping[str, str]) -> Job:
         features=_opt(f.get("Features")),
         comment=_opt(f.get("Comment")),
         admin_comment=_opt(f.get("AdminComment")),
+        num_tasks=_int_or_none(f.get("NumTasks")),
+        sockets_per_node=_int_or_none(f.get("Socks/Node")) or None,
+        alloc_gpus=_oneliner_alloc_gpus(f, state, nodes),
     )
+
+
+def _oneliner_alloc_gpus(f: Mapping[str, str], state: JobState, nodes: str) -> int | None:
+    """23.02+ print ``AllocTRES``; 22.05 prints one ``TRES``, the allocation once there
+    is one and the request before, so it counts only for a job that got nodes."""
+    if "AllocTRES" in f:
+        text = _opt(f.get("AllocTRES"))
+    elif nodes:
+        text = _opt(f.get("TRES"))
+    else:
+        return None
+    return _alloc_gpus(state, text)
+
+
+#: States in which what slurmctld lists as allocated is not (or no longer) the job's.
+_UNALLOCATED = frozenset({JobState.PENDING, JobState.REQUEUED})
+
+
+def _alloc_gpus(state: JobState, text: str) -> int | None:
+    return None if state in _UNALLOCATED or not text else gpus_in_tres(text)
 
 
 def parse_scontrol_jobs(text: str) -> list[Job]:
@@ -292,6 +316,8 @@ def job_from_json(j: Mapping[str, Any]) -> Job:
         site -= 2**31
     requeue = j.get("requeue")
     flags = j.get("flags") or []
+    state = JobState.parse(_json_state(j.get("job_state")))
+    num_nodes = json_number(j.get("node_count")) or 1
     return Job(
         job_id=int(j["job_id"]),
         name=str(j.get("name") or ""),
@@ -299,10 +325,10 @@ def job_from_json(j: Mapping[str, Any]) -> Job:
         account=str(j.get("account") or ""),
         partition=str(j.get("partition") or ""),
         qos=str(j.get("qos") or ""),
-        state=JobState.parse(_json_state(j.get("job_state"))),
+        state=state,
         reason=str(j.get("state_reason") or ""),
         nodes=str(j.get("nodes") or ""),
-        num_nodes=json_number(j.get("node_count")) or 1,
+        num_nodes=num_nodes,
         gpus=tuple(gpus),
         time_limit_min=json_number(j.get("time_limit")),
         time_min_min=json_number(j.get("time_minimum")) or None,
@@ -317,7 +343,20 @@ def job_from_json(j: Mapping[str, Any]) -> Job:
         nice=_json_nice(j.get("nice")),
         end_time=json_number(j.get("end_time")) or None,
         batch=bool(j.get("batch_flag", True)),
+        num_tasks=_json_tasks(j, num_nodes),
+        sockets_per_node=json_number(j.get("sockets_per_node")) or None,
+        alloc_gpus=_alloc_gpus(state, str(j.get("tres_alloc_str") or "")),
     )
+
+
+def _json_tasks(j: Mapping[str, Any], num_nodes: int) -> int | None:
+    """``tasks`` (null in 22.05 for a job cancelled before it started), else
+    ``tasks_per_node`` x nodes; None when neither is set."""
+    tasks = json_number(j.get("tasks"))
+    if tasks:
+        return tasks
+    per_node = json_number(j.get("tasks_per_node"))
+    return per_node * num_nodes if per_node else None
 
 
 def _json_nice(value: Any) -> int:

@@ -54,3 +54,14 @@ def gpu_type_of_gres(gres: str) -> tuple[str | None, int]:
         if reqs:
             return reqs[0].gpu_type, reqs[0].count
     return None, 0
+
+
+def gpus_in_tres(text: str) -> int | None:
+    """GPUs in a TRES string (``AllocTRES``/``tres_alloc_str``): its ``gres/gpu`` count,
+    else the sum of its typed ``gres/gpu:<type>`` counts; None when it names no GPUs, as
+    on a cluster whose AccountingStorageTRES leaves gres/gpu out."""
+    tres = parse_tres(text)
+    if "gres/gpu" in tres:
+        return int(tres["gres/gpu"])
+    typed = [v for k, v in tres.items() if k.startswith("gres/gpu:")]
+    return int(sum(typed)) if typed else None

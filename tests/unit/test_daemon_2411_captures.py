@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_helpers import CFG
 
 from slurm_ml.daemon import views
 from slurm_ml.model import GpuRequest, Job, JobState
@@ -168,6 +169,37 @@ def test_job_fields_the_daemon_reads() -> None:
     assert {j.state for j in jobs.values()} == {JobState.RUNNING, JobState.PENDING}
     running = jobs[REQ]
     assert running.start_time is not None and running.end_time == running.start_time + 3600
+
+
+def test_gpu_counts_come_from_the_allocation_once_a_job_runs() -> None:
+    """AllocTRES gres/gpu is what a running job holds; a requeued job back in the queue
+    (46, BeginTime) has none and counts its request; 49 asked for no GPU and its
+    allocation names none."""
+    before = by_id(parse.parse_squeue_json(read("daemon_list_jobs_before__squeue.json")))
+    after = by_id(parse.parse_squeue_json(read("daemon_list_jobs_after_requeue__squeue.json")))
+    assert (before[FILL].num_tasks, before[FILL].alloc_gpus, before[FILL].total_gpus) == (
+        2, 12, 12)
+    assert (before[REQ].alloc_gpus, after[REQ].state, after[REQ].alloc_gpus,
+            after[REQ].total_gpus) == (1, JobState.PENDING, None, 1)
+    assert (before[TERM].alloc_gpus, before[TERM].total_gpus) == (None, 0)
+    assert all(j.alloc_gpus is None for j in before.values() if j.state is JobState.PENDING)
+    assert {j.job_id for j in views.running_jobs(CFG, list(before.values()))} == {
+        SALLOC, REQ, ADM, FILL}
+
+
+def test_per_task_job_5_is_two_gpus_to_the_daemon() -> None:
+    """The issue's finding: 24.11 job 5 (--gpus-per-task=1 -n2, AllocTRES gres/gpu=2) was a
+    1-GPU, 1.0-billing job to the daemon."""
+    main = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "24.11"
+    jobs = by_id(parse.parse_squeue_json((main / "squeue.json").read_text()))
+    five = jobs[5]
+    assert five.gpus == (GpuRequest(1, "task", None),) and five.num_tasks == 2
+    assert (five.alloc_gpus, five.total_gpus) == (2, 2)
+    (r,) = [r for r in views.running_jobs(CFG, list(jobs.values())) if r.job_id == 5]
+    assert r.gpus == 2
+    weight = max(t.billing_weight for t in CFG.gpu_types.values())  # tnode1 is not in CFG
+    assert r.billing_gpus == pytest.approx(2 * weight)
+    assert views.job_billing_gpus(CFG, five) == pytest.approx(2 * weight)
 
 
 def test_list_jobs_takes_site_factor_and_nice_from_sprio_for_listed_pending_jobs() -> None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_ml.model import GpuRequest, JobState
+from slurm_ml.model import GpuRequest, Job, JobState
 from slurm_ml.slurm import parse
 from slurm_ml.slurm.errors import SlurmParseError
-from slurm_ml.slurm.tres import gpu_type_of_gres, parse_gpu_spec, parse_tres
+from slurm_ml.slurm.tres import gpu_type_of_gres, gpus_in_tres, parse_gpu_spec, parse_tres
 from slurm_ml.slurm.version import SlurmVersion
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -253,3 +254,91 @@ def test_sacct_submit_is_read_from_the_end_even_with_a_pipe_in_the_job_name() ->
             "a|b|90")
     (u,) = parse.parse_sacct_usage(line, 0, 1000)
     assert (u.job_id, u.start, u.end, u.submit) == (7, 100, 160, 90)
+
+
+# ------------------------------------------------- GPU counts, every scope, both versions
+# The jobs of each kind in the captures (SOURCES.md): 22.05 11 --gres=gpu:a100_80g:2,
+# 12 --gpus=3, 13 --gpus-per-node=1 -N2, 14 --gpus-per-task=1 -n2, 15 --gres=gpu:v100:4
+# -N2, 16/19 pending --gres=gpu:8 -N2; 24.11 as listed above.
+
+KINDS = {"22.05": {11: 2, 12: 3, 13: 2, 14: 2, 15: 8, 16: 16, 17: 1, 19: 16},
+         "24.11": {2: 2, 3: 3, 4: 2, 5: 2, 13: 8, 15: 4}}
+
+
+def _jobs(version: str, name: str) -> dict[int, Job]:
+    text = read(version, name)
+    jobs = (parse.parse_scontrol_jobs(text) if name.endswith(".txt")
+            else parse.parse_squeue_json(text))
+    return {j.job_id: j for j in jobs}
+
+
+CAPTURES = [("22.05", "squeue.json"), ("22.05", "scontrol_show_job_o.txt"),
+            ("24.11", "squeue.json"), ("24.11", "scontrol_show_job.json"),
+            ("24.11", "scontrol_show_job_o.txt")]
+
+
+@pytest.mark.parametrize(("version", "name"), CAPTURES)
+def test_total_gpus_of_each_kind(version: str, name: str) -> None:
+    jobs = _jobs(version, name)
+    assert {jid: jobs[jid].total_gpus for jid in KINDS[version]} == KINDS[version]
+
+
+@pytest.mark.parametrize(("version", "name", "job"), [
+    ("22.05", "squeue.json", 14), ("22.05", "scontrol_show_job_o.txt", 14),
+    ("24.11", "squeue.json", 5), ("24.11", "scontrol_show_job.json", 5),
+    ("24.11", "scontrol_show_job_o.txt", 5)])
+def test_per_task_job_reads_its_tasks_and_allocation(version: str, name: str,
+                                                     job: int) -> None:
+    """--gpus-per-task=1 -n2: 2 tasks on one node, AllocTRES gres/gpu=2 (was 1 GPU)."""
+    j = _jobs(version, name)[job]
+    assert j.gpus == (GpuRequest(1, "task", None),)
+    assert (j.num_nodes, j.num_tasks, j.alloc_gpus, j.state) == (1, 2, 2, JobState.RUNNING)
+    assert j.requested_gpus == 2 and j.total_gpus == 2
+    assert j.sockets_per_node is None  # Socks/Node=*, sockets_per_node unset
+
+
+@pytest.mark.parametrize(("version", "name"), CAPTURES)
+def test_allocation_only_for_jobs_that_got_one(version: str, name: str) -> None:
+    """Pending jobs have no allocation; 22.05's single TRES= is the request for a job that
+    never got nodes (jobs 6-10 there were cancelled while pending)."""
+    for j in _jobs(version, name).values():
+        if j.state is JobState.PENDING or not j.nodes:
+            assert j.alloc_gpus is None, j.job_id
+        else:
+            assert j.alloc_gpus == j.total_gpus and j.alloc_gpus is not None, j.job_id
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_requested_gpus_match_slurms_own_request_count(version: str) -> None:
+    """What the request adds up to is what slurmctld put in tres_req_str, every job."""
+    raw = json.loads(read(version, "squeue.json"))["jobs"]
+    jobs = _jobs(version, "squeue.json")
+    for r in raw:
+        want = gpus_in_tres(r["tres_req_str"]) or 0
+        assert jobs[r["job_id"]].requested_gpus == want, r["job_id"]
+
+
+def test_gpus_in_tres() -> None:
+    assert gpus_in_tres("cpu=2,mem=2000M,node=1,billing=2,gres/gpu=2,gres/gpu:a100_80g=2") == 2
+    assert gpus_in_tres("cpu=1,gres/gpu:a100=1,gres/gpu:v100=2") == 3  # typed only
+    assert gpus_in_tres("cpu=1,mem=1000M,node=1,billing=1") is None  # gres/gpu not tracked
+    assert gpus_in_tres("") is None
+
+
+def test_oneliner_per_socket_and_no_allocation_yet() -> None:
+    line = ("JobId=7 JobName=s UserId=alice(2001) Account=a QOS=alloc JobState=PENDING "
+            "Reason=Resources NodeList= NumNodes=2 NumTasks=2 Socks/Node=2 "
+            "ReqTRES=cpu=2,node=2,gres/gpu=8 AllocTRES=(null) TresPerSocket=gres/gpu:2")
+    (j,) = parse.parse_scontrol_jobs(line)
+    assert (j.sockets_per_node, j.num_tasks, j.alloc_gpus) == (2, 2, None)
+    assert j.total_gpus == 8  # 2 per socket x 2 sockets x 2 nodes
+
+
+def test_json_per_socket_and_tasks_per_node() -> None:
+    job = {"job_id": 9, "job_state": ["PENDING"], "node_count": {"set": True, "number": 2},
+           "tasks": {"set": False, "number": 0},
+           "tasks_per_node": {"set": True, "number": 4},
+           "sockets_per_node": {"set": True, "infinite": False, "number": 2},
+           "tres_per_socket": "gres/gpu:1", "tres_alloc_str": ""}
+    j = parse.job_from_json(job)
+    assert (j.num_tasks, j.sockets_per_node, j.alloc_gpus, j.total_gpus) == (8, 2, None, 4)
