@@ -99,10 +99,10 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
               help="PostgreSQL DSN written to slurm-ml.env (default $SLURM_ML_DSN; none: "
                    "store.dsn of the config). Prefer $SLURM_ML_DSN: a command line, "
                    "password included, is visible to every user in ps.")
-@click.option("--health-check-interval", default=300, show_default=True,
-              type=click.IntRange(min=0),
-              help="HealthCheckInterval in seconds; 0 sets HealthCheckProgram but never "
-                   "runs it.")
+@click.option("--health-check-interval", default=None, type=click.IntRange(min=0),
+              help="HealthCheckInterval in seconds (default: policy.reclaim."
+                   "sample_interval_s, which the zombie rule judges samples by; change "
+                   "that knob instead); 0 sets HealthCheckProgram but never runs it.")
 @click.option("--service-user", default=None,
               help="User (and its group) the units run as (default: SlurmUser of "
                    "slurm.conf).")
@@ -111,7 +111,7 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
                 no_systemd: bool, dry_run: bool, show_diff: bool, force: bool, as_json: bool,
                 no_accounts: bool, submitd_socket: str, hook_dir: Path | None,
-                python: str | None, dsn: str | None, health_check_interval: int,
+                python: str | None, dsn: str | None, health_check_interval: int | None,
                 service_user: str | None, extra_env: tuple[str, ...]) -> None:
     """Install slurm-ml into the Slurm configuration in --slurm-conf-dir.
 

@@ -213,15 +213,18 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool) -> None:
     """Why a job is where it is: its priority parts (SiteFactor and how it was derived,
-    its account's budget position), slurm-ml's admission record and every requeue,
-    cancel or warning slurm-ml decided for it, with reasons.
+    its account's budget position), slurm-ml's admission record, what the zombie rule
+    makes of a running job now (no verdict, and why, when its GPU samples fall short)
+    and every requeue, cancel or warning slurm-ml decided for it, with reasons.
 
     Exit codes: 0 ok; 1 Slurm unavailable; 2 bad config, or a job unknown to Slurm and
     to slurm-ml.
     """
+    from datetime import UTC, datetime
+
     from slurm_ml.daemon import report
     from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.plan import current_fair_share
+    from slurm_ml.daemon.plan import current_fair_share, zombie_status_of
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -236,11 +239,17 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
+    zombie = None
     target = _dsn(cfg, dsn)
     if target:
         store = _store(cfg, target)
         try:
             decisions = store.decisions_for_job(job_id)
+            # the samples a cycle reads (observe: twice the heartbeat back)
+            since = now - int(cfg.policy.reclaim.zombie_heartbeat_s * 2)
+            samples = store.util_samples_since(datetime.fromtimestamp(since, UTC),
+                                               job_ids=[job_id])
+            zombie = zombie_status_of(cfg, obs.jobs, samples, job_id, now)
         except StoreError as exc:
             click.echo(f"slurm-ml: warning: database unavailable ({exc}); no history",
                        err=True)
@@ -248,7 +257,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
             store.close()
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
-    data = report.why_json(job_id, job, parts_dict, fair, decisions)
+    data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie)
     emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
         sys.exit(EXIT_BAD_INPUT)

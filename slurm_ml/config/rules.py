@@ -41,6 +41,10 @@ size and partition terms add: the sum of their weights.
 Minimum runtime. ``policy.admission.default_min_runtime_min`` is at most
 ``policy.contracts.min_runtime_cap_min`` (both minutes): a larger default would be cut
 to the cap on every job anyway.
+
+Zombie coverage. ``policy.reclaim.zombie_heartbeat_s`` is at least three
+``sample_interval_s``: a verdict needs samples no more than two intervals apart over the
+whole heartbeat, and a shorter heartbeat would rest on two or three readings.
 """
 
 from __future__ import annotations
@@ -98,4 +102,13 @@ def policy_issues(policy: PolicyConfig, budgets: BudgetTree | None) -> list[Conf
             "policy.admission.default_min_runtime_min",
             f"{default} min is above policy.contracts.min_runtime_cap_min ({cap} min), so "
             "every job would be cut to the cap; lower the default or raise the cap"))
+    rc = policy.reclaim
+    if rc.zombie_heartbeat_s < 3 * rc.sample_interval_s:
+        issues.append(ConfigIssue(
+            "policy.reclaim.zombie_heartbeat_s",
+            f"{rc.zombie_heartbeat_s:g} s is shorter than three sample intervals (3 x "
+            f"policy.reclaim.sample_interval_s {rc.sample_interval_s} s = "
+            f"{3 * rc.sample_interval_s} s), so a zombie verdict would rest on two or three "
+            "GPU readings; raise zombie_heartbeat_s or sample more often (lower "
+            "sample_interval_s and reinstall, which sets HealthCheckInterval)"))
     return issues

@@ -133,7 +133,11 @@ class ContractsConfig:
 class ReclaimConfig:
     """When held-but-idle GPUs (zombies) and stuck COMPLETING jobs are reclaimed."""
 
-    zombie_heartbeat_s: float = knob(600.0, gt(0))  # memory held and util ~0 this long = zombie
+    # Memory held and util ~0 this long = zombie; at least 3 x sample_interval_s (rules.py).
+    zombie_heartbeat_s: float = knob(900.0, gt(0))
+    # Seconds between GPU samples: install's HealthCheckInterval; a verdict needs samples
+    # no more than twice this apart over the whole heartbeat.
+    sample_interval_s: int = knob(300, gt(0))
     zombie_util_pct: float = knob(1.0, percent)  # GPU utilisation at or below this counts as idle
     zombie_min_mem_mb: int = knob(1024, gt(0))  # GPU memory above this counts as held
     zombie_grace_s: float = knob(900.0, ge(0))  # time between the warning and the action

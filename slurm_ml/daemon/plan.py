@@ -15,11 +15,17 @@ from typing import Any
 from slurm_ml.config import Config
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
-from slurm_ml.model import JobState
+from slurm_ml.model import Job, JobState
 from slurm_ml.policy.contracts import PreemptionLedger, allocation_positions, plan_requeues
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
-from slurm_ml.policy.reclaim import orphan_drains, stuck_completing, zombie_verdicts
-from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, derive_key
+from slurm_ml.policy.reclaim import (
+    ZombieStatus,
+    orphan_drains,
+    stuck_completing,
+    zombie_status,
+    zombie_verdicts,
+)
+from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, UtilSample, derive_key
 
 #: Decision kinds that requeued a job (cooldown and the cluster cap count both).
 REQUEUE_KINDS = ("requeue", "zombie_requeue")
@@ -101,6 +107,18 @@ def current_fair_share(cfg: Config, obs: Observation) -> FairShare:
     pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
     return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage), obs.now,
                       pending_assocs={(p.account, p.user) for p in pending})
+
+
+def zombie_status_of(cfg: Config, jobs: Sequence[Job], samples: Sequence[UtilSample],
+                     job_id: int, now: int) -> ZombieStatus | None:
+    """What the zombie rule makes of ``job_id`` at ``now`` from the same values a cycle
+    reads (None: not a running GPU job). ``why`` shows it: a job with no verdict, and why
+    (a GPU never sampled, a gap in the samples), leaves no decision to read back."""
+    job = next((r for r in views.running_jobs(cfg, jobs) if r.job_id == job_id), None)
+    if job is None:
+        return None
+    mine = views.gpu_samples({job_id: samples}).get(job_id, [])
+    return zombie_status(now, job, mine, cfg.policy.reclaim)
 
 
 def plan_cycle(cfg: Config, obs: Observation) -> Plan:

@@ -15,6 +15,7 @@ from typing import Any
 from slurm_ml.model import Job
 from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
+from slurm_ml.policy.reclaim import ZombieStatus
 from slurm_ml.store.records import JobGpuStats, ReconcilerDecision
 
 
@@ -130,8 +131,25 @@ def admission_record(job: Job | None) -> dict[str, Any] | None:
     return record
 
 
+def zombie_json(status: ZombieStatus | None) -> dict[str, Any] | None:
+    """The zombie rule's view of a running job for ``why``, coverage evidence included."""
+    if status is None:
+        return None
+    c, span = status.coverage, status.span
+    return {
+        "state": status.state, "text": status.text,
+        "idle_s": None if span is None else span.idle_s,
+        "mem_mb": None if span is None else span.mem_mb,
+        "coverage": None if c is None else {
+            "window_s": c.window_s, "max_gap_s": c.max_gap_s, "gpus": c.gpus,
+            "sampled": list(c.sampled), "covered_s": c.covered_s,
+            "largest_gap_s": c.largest_gap_s, "worst_gpu": c.worst_gpu,
+            "problems": list(c.problems)}}
+
+
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
-             fair: FairShare | None, decisions: Sequence[ReconcilerDecision]) -> dict[str, Any]:
+             fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
+             zombie: ZombieStatus | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
     if job is not None:
         out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,
@@ -154,6 +172,7 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
     out["admission"] = admission_record(job)
     out["history"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "reason": d.reason,
                        "dry_run": d.dry_run, "details": d.details} for d in decisions]
+    out["zombie"] = zombie_json(zombie)
     return out
 
 
@@ -194,6 +213,9 @@ def why_text(data: Mapping[str, Any]) -> str:
     else:
         lines.append("Admission: no slurm-ml record (submitted while submitd was away, or "
                      "not a GPU job).")
+    zombie = data.get("zombie")
+    if zombie:
+        lines.append(f"Zombie check: {zombie['text']}")
     hist = data.get("history") or []
     if not hist:
         lines.append("No requeue, cancel or warning by slurm-ml.")

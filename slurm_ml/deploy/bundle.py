@@ -46,7 +46,9 @@ class InstallParams:
     hook_dir: Path | None = None  # default: conf_dir
     submitd_socket: str = DEFAULT_SOCKET
     dsn: str = ""
-    health_check_interval_s: int = 300  # 0: HealthCheckProgram set, never run
+    # None: policy.reclaim.sample_interval_s (the zombie rule judges samples by it);
+    # 0: HealthCheckProgram set, never run (tests run it themselves)
+    health_check_interval_s: int | None = None
     prolog_epilog_timeout_s: int = 60  # above the wrappers' own limit
     hook_timeout_s: int = 50
     service_user: str = "slurm"  # SlurmUser: slurmctld must reach submitd's socket
@@ -114,7 +116,9 @@ def include_values(cfg: Config, p: InstallParams) -> dict[str, str]:
         "scheduler_parameters": f"nohold_on_prolog_fail,max_switch_wait="
                                 f"{render.max_switch_wait_s(cfg)}",
         "health_check_program": str(p.hooks / HOOKS["healthcheck"]),
-        "health_check_interval_s": str(p.health_check_interval_s),
+        "health_check_interval_s": str(cfg.policy.reclaim.sample_interval_s
+                                       if p.health_check_interval_s is None
+                                       else p.health_check_interval_s),
         # policy.priority_weights, checked against the SiteFactor bands by config check
         "priority_weight_fairshare": str(cfg.policy.priority_weights.fairshare),
         "priority_weight_age": str(cfg.policy.priority_weights.age),

@@ -130,7 +130,8 @@ def write_config(path: Path, **policy: dict[str, Any]) -> Path:
     pol = data["policy"]
     pol["fairshare"].update(window_hours=0.05, owed_bucket_s=20, cycle_interval_s=3)
     pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5)
-    pol["reclaim"].update(zombie_heartbeat_s=60, zombie_grace_s=0, fix_runaway=False)
+    pol["reclaim"].update(zombie_heartbeat_s=60, sample_interval_s=20, zombie_grace_s=0,
+                          fix_runaway=False)
     for section, knobs in policy.items():
         pol[section].update(knobs)
     data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)

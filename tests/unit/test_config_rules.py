@@ -1,7 +1,8 @@
 """The rules that span several knobs (slurm_ml.config.rules): the SiteFactor bands against
 the other priority weights, the QOS weight against the bands, the minimum-runtime default
-against its cap; and the renamed cap key. Each rule at its accepted boundary and just past
-it, and the band rules against a brute force over the real band and SiteFactor functions."""
+against its cap, the zombie heartbeat against the sampling interval; and the renamed cap
+key. Each rule at its accepted boundary and just past it, and the band rules against a
+brute force over the real band and SiteFactor functions."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ STEP = "policy.fairshare.site_factor_step"
 QOS = "policy.priority_weights.qos"
 BOOST = "policy.fairshare.short_job_boost"
 DEFAULT_MIN = "policy.admission.default_min_runtime_min"
+HEARTBEAT = "policy.reclaim.zombie_heartbeat_s"
 
 
 def with_policy(**sections: dict[str, Any]) -> dict[str, Any]:
@@ -178,11 +180,34 @@ def test_the_old_cap_in_hours_says_what_to_write_instead() -> None:
         "policy.admission.default_min_runtime_min; write min_runtime_cap_min: 510 instead"]
 
 
+# --------------------------------------------------------------------------- zombie heartbeat
+
+
+def test_a_heartbeat_of_three_sample_intervals_is_accepted() -> None:
+    cfg = parse_config(SHIPPED_DATA)
+    assert (cfg.policy.reclaim.zombie_heartbeat_s, cfg.policy.reclaim.sample_interval_s) == (
+        900, 300)
+    parse_config(with_policy(reclaim={"zombie_heartbeat_s": 600, "sample_interval_s": 200}))
+    parse_config(with_policy(reclaim={"zombie_heartbeat_s": 60, "sample_interval_s": 20}))
+
+
+def test_a_heartbeat_shorter_than_three_sample_intervals_is_refused() -> None:
+    """Issue 16: a 10-minute heartbeat at the 300 s interval rests on 2-4 readings."""
+    assert issues(with_policy(reclaim={"zombie_heartbeat_s": 600})) == [
+        f"{HEARTBEAT}: 600 s is shorter than three sample intervals (3 x "
+        "policy.reclaim.sample_interval_s 300 s = 900 s), so a zombie verdict would rest on "
+        "two or three GPU readings; raise zombie_heartbeat_s or sample more often (lower "
+        "sample_interval_s and reinstall, which sets HealthCheckInterval)"]
+    assert [line.split(":", 1)[0] for line in issues(with_policy(
+        reclaim={"zombie_heartbeat_s": 900, "sample_interval_s": 301}))] == [HEARTBEAT]
+
+
 def test_every_rule_is_reported_at_once() -> None:
     got = issues(with_policy(fairshare={"site_factor_step": 900},
                              priority_weights={"qos": 1000},
-                             admission={"default_min_runtime_min": 600}))
-    assert [line.split(":", 1)[0] for line in got] == [STEP, QOS, DEFAULT_MIN]
+                             admission={"default_min_runtime_min": 600},
+                             reclaim={"zombie_heartbeat_s": 60}))
+    assert [line.split(":", 1)[0] for line in got] == [STEP, QOS, DEFAULT_MIN, HEARTBEAT]
 
 
 # --------------------------------------------------------------------------- brute force
@@ -245,3 +270,21 @@ def test_install_renders_the_weights_of_the_config(tmp_path: Path) -> None:
         "PriorityWeightFairshare": "20", "PriorityWeightAge": "10",
         "PriorityWeightQOS": "123456789", "PriorityWeightJobSize": "30",
         "PriorityWeightPartition": "40"}
+
+
+def test_install_samples_at_the_configured_interval(tmp_path: Path) -> None:
+    """HealthCheckInterval is what the zombie rule judges gaps by: the knob, unless a test
+    cluster asks for 0 (never run by slurmd)."""
+    from slurm_ml.deploy import bundle, state
+
+    cfg = parse_config(with_policy(reclaim={"zombie_heartbeat_s": 600,
+                                            "sample_interval_s": 120}))
+    params = bundle.InstallParams(conf_dir=tmp_path, config_path=SHIPPED, python="python3")
+    own = dict(bundle.own_settings(cfg, params, state.read_sources()))
+    assert own["HealthCheckInterval"] == "120"
+    shipped = dict(bundle.own_settings(parse_config(SHIPPED_DATA), params, state.read_sources()))
+    assert shipped["HealthCheckInterval"] == "300"
+    never = bundle.InstallParams(conf_dir=tmp_path, config_path=SHIPPED, python="python3",
+                                 health_check_interval_s=0)
+    assert dict(bundle.own_settings(cfg, never, state.read_sources()))[
+        "HealthCheckInterval"] == "0"

@@ -358,14 +358,14 @@ def test_a_job_that_woke_up_and_idles_again_is_warned_again() -> None:
     first = daemon(slurm, store, cfg=cfg).cycle()
     assert first.report is not None and [a.decision for a in first.report.applied] == [
         "zombie_warn"]
-    # busy once at NOW + 100, then idle again for 15 min
+    # busy once at NOW + 100, then idle again for 16 min (the heartbeat is 15)
     busy = datetime.fromtimestamp(NOW + 100, UTC)
     for gpu in range(4):
         store.record_util_sample(UtilSample(
             idempotency_key=derive_key("busy", gpu), job_id=1, node="gpu05", gpu_index=gpu,
             sampled_at=busy, util_pct=90.0, mem_used_mb=20_000))
-    later = NOW + 100 + 700
-    _idle_samples(store, 1, "gpu05", minutes=11, now=later)
+    later = NOW + 100 + 1000
+    _idle_samples(store, 1, "gpu05", minutes=16, now=later)
     again = daemon(slurm, store, cfg=cfg, clock=lambda: later).cycle()
     assert again.report is not None
     assert [a.decision for a in again.report.applied] == ["zombie_warn"]
