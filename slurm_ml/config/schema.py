@@ -113,6 +113,35 @@ class PriorityWeightsConfig:
         return self.age + self.fairshare + self.job_size + self.partition
 
 
+#: policy.contracts.requeue_signal_target: where a checkpoint signal goes (scancel):
+#: "batch" the batch shell only (--batch), "full" it and every step (--full), "steps" the
+#: job steps only (no flag; what a --signal without ``B:`` does).
+SIGNAL_TARGETS = ("batch", "full", "steps")
+
+
+def signal_name(value: str) -> str | None:
+    """A signal as scancel takes it ("USR1", "10"), from "USR1", "SIGUSR1" or "10";
+    None when it is no signal."""
+    import signal
+
+    text = value.strip().upper().removeprefix("SIG")
+    if text.isdigit():
+        return text if 1 <= int(text) <= 64 else None
+    return text if f"SIG{text}" in signal.Signals.__members__ else None
+
+
+def _requeue_signal(value: str) -> str | None:
+    if value == "" or signal_name(value) is not None:
+        return None
+    return f"must be a signal name such as USR1 (or a number), or \"\" for none, not {value!r}"
+
+
+def _signal_target(value: str) -> str | None:
+    if value in SIGNAL_TARGETS:
+        return None
+    return f"must be one of {', '.join(SIGNAL_TARGETS)}, not {value!r}"
+
+
 @dataclass(frozen=True, slots=True)
 class ContractsConfig:
     """Limits on what the scheduler may do to a running job (requeue, preempt)."""
@@ -127,6 +156,13 @@ class ContractsConfig:
     # (hysteresis against flapping), the victim over-served (> 1), the preemptor under (< 1).
     preempt_min_gap: float = knob(0.2, ge(0))
     preempt_after_wait_s: float = knob(300.0, ge(0))  # the starved job has pended this long
+    # Before a requeue the daemon signals the job so that it can checkpoint, waits
+    # requeue_grace_s, then requeues: with the job's own --signal (its #SBATCH line) if it
+    # has one, else requeue_signal ("" = none: such jobs are requeued at once) sent to
+    # requeue_signal_target. A grace of 0 turns signalling off: plain requeues.
+    requeue_signal: str = knob("USR1", _requeue_signal)
+    requeue_signal_target: str = knob("batch", _signal_target)
+    requeue_grace_s: float = knob(60.0, ge(0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,14 @@ the decision row (what ``why``, cooldowns and grace periods read) follow it. So:
 
 SiteFactor pushes are idempotent (only changed values are pushed) and are recorded as
 one decision per cycle rather than one row per job.
+
+A requeue lets the job checkpoint first (``policy.contracts.requeue_*``), in two phases
+across cycles, because the grace (a minute or more) is as long as a cycle and the loop
+must not stop deciding for it: the first cycle records a ``requeue_signal`` decision and
+*then* sends the signal (so a crash never signals twice); every later cycle reads those
+decisions back and, once the grace has passed, requeues the job's same run, whether or
+not the plan still asks for it (so a crash, or the job waking up, never forgets the
+requeue). The audit rows ``<key>``, ``<key>/signal`` and ``<key>/done`` are one action.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from slurm_ml.config.schema import ContractsConfig, signal_name
 from slurm_ml.daemon.plan import Action, Plan
-from slurm_ml.model import JobState
+from slurm_ml.model import Job, JobState
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
@@ -33,6 +43,15 @@ from slurm_ml.store.records import AuditEntry, ReconcilerDecision, derive_key
 
 log = logging.getLogger(__name__)
 ACTOR = "slurm-ml/daemon"
+#: The decision kind of a checkpoint signal sent ahead of a requeue (``why`` shows it).
+SIGNAL_KIND = "requeue_signal"
+#: How long past its grace a signalled requeue is still finished (a daemon down that long).
+PENDING_LOOKBACK_S = 86400
+#: Ended states in which a signalled job is requeued all the same: it most likely ended of
+#: the signal (a shell that does not trap it dies), and Slurm re-runs an ended batch job.
+#: Not CANCELLED: someone ended it on purpose.
+_RERUN_ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT,
+                          JobState.OUT_OF_MEMORY})
 
 
 class NotRecorded(Exception):
@@ -47,6 +66,8 @@ class ApplyReport:
     already: list[Action] = field(default_factory=list)  # done in an earlier cycle / run
     failed: list[tuple[Action, str]] = field(default_factory=list)
     would: list[Action] = field(default_factory=list)  # dry run
+    signalled: list[Action] = field(default_factory=list)  # signalled now; requeue later
+    waiting: list[Action] = field(default_factory=list)  # signalled earlier, grace running
     site_factor_jobs: int = 0
     site_factor_calls: int = 0
     stopped: str = ""  # why the cycle stopped acting early ("" = it did not)
@@ -54,6 +75,7 @@ class ApplyReport:
     def counts(self) -> dict[str, int]:
         return {"applied": len(self.applied), "already": len(self.already),
                 "failed": len(self.failed), "would": len(self.would),
+                "signalled": len(self.signalled), "waiting": len(self.waiting),
                 "site_factor_jobs": self.site_factor_jobs}
 
 
@@ -61,8 +83,9 @@ def _at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def _decision(plan: Plan, a: Action, *, dry_run: bool) -> ReconcilerDecision:
-    details = {**a.details, "action": a.kind}
+def _decision(plan: Plan, a: Action, *, dry_run: bool,
+              extra: dict[str, object] | None = None) -> ReconcilerDecision:
+    details = {**a.details, **(extra or {}), "action": a.kind}
     if a.node:
         details["node"] = a.node
     return ReconcilerDecision(idempotency_key=a.key + ("/dry" if dry_run else ""), cycle=plan.cycle,
@@ -76,18 +99,39 @@ def _landed(outcome: WriteOutcome) -> bool:
     return outcome is WriteOutcome.LANDED
 
 
+def _action_json(a: Action) -> dict[str, Any]:
+    return {"kind": a.kind, "decision": a.decision, "key": a.key, "reason": a.reason,
+            "job_id": a.job_id, "node": a.node, "gpus": a.gpus, "details": a.details}
+
+
+def _action_of(d: ReconcilerDecision) -> Action:
+    """The requeue a ``requeue_signal`` decision promised, as its plan had it."""
+    a = d.details["action"]
+    return Action(kind=a["kind"], decision=a["decision"], key=a["key"], reason=a["reason"],
+                  job_id=a["job_id"], node=a["node"], gpus=a["gpus"], details=a["details"])
+
+
 class Applier:
-    """Applies plans against one Slurm and one store (a real one: never a spooling one)."""
+    """Applies plans against one Slurm and one store (a real one: never a spooling one).
+
+    ``contracts`` holds the checkpoint-signal knobs; without it requeues are plain ones.
+    """
 
     def __init__(self, slurm: SlurmClient, store: Store, *,
                  still_leader: Callable[[], bool] = lambda: True,
                  notify: Callable[[Action], None] | None = None,
-                 after_intent: Callable[[Action], None] | None = None) -> None:
+                 after_intent: Callable[[Action], None] | None = None,
+                 contracts: ContractsConfig | None = None) -> None:
         self.slurm = slurm
         self.store = store
         self.still_leader = still_leader
         self.notify = notify
         self.after_intent = after_intent
+        self.contracts = contracts
+
+    @property
+    def signalling(self) -> bool:
+        return self.contracts is not None and self.contracts.requeue_grace_s > 0
 
     def apply(self, plan: Plan, *, dry_run: bool = False) -> ApplyReport:
         report = ApplyReport(cycle=plan.cycle, dry_run=dry_run)
@@ -96,11 +140,20 @@ class Applier:
                 self._dry(plan, report)
             else:
                 self._push_site_factors(plan, report)
-                for action in plan.actions:
+                flight = self._in_flight(plan)
+                planned = {a.key for a in plan.actions}
+                # signalled in an earlier cycle and no longer planned: still requeued
+                todo: list[tuple[Action, ReconcilerDecision | None]] = [
+                    (_action_of(d), d) for k, d in flight.items() if k not in planned]
+                todo += [(a, flight.get(a.key)) for a in plan.actions]
+                for action, signalled in todo:
                     if not self.still_leader():
                         report.stopped = "lost the leader lock"
                         break
-                    self._one(plan, action, report)
+                    if signalled is not None:
+                        self._finish(plan, action, signalled, report)
+                    else:
+                        self._one(plan, action, report)
         except (StoreError, NotRecorded) as exc:
             report.stopped = f"store: {exc}"
             log.error("cycle=%d event=apply_stopped reason=store error=%s", plan.cycle, exc)
@@ -139,10 +192,12 @@ class Applier:
                         len(plan.changed), exc)
 
     def _one(self, plan: Plan, a: Action, report: ApplyReport) -> None:
+        details: dict[str, Any] = {"phase": "intent", "reason": a.reason, "kind": a.kind,
+                                   "cycle": plan.cycle}
+        if a.kind == "requeue" and self.contracts is not None and self.signalling:
+            details["grace_s"] = self.contracts.requeue_grace_s
         intent = AuditEntry(idempotency_key=a.key, actor=ACTOR, action=a.decision,
-                            target=a.target, at=_at(plan.now),
-                            details={"phase": "intent", "reason": a.reason, "kind": a.kind,
-                                     "cycle": plan.cycle})
+                            target=a.target, at=_at(plan.now), details=details)
         if not _landed(self.store.audit(intent)):
             done = self.store.audit_by_keys([f"{a.key}/done"])
             if done:
@@ -156,8 +211,22 @@ class Applier:
                         plan.cycle, a.key, a.job_id, a.node)
         if self.after_intent is not None:
             self.after_intent(a)
+        if a.kind == "requeue" and a.job_id is not None and self.signalling:
+            job = self._still_running(a.job_id)
+            sig = self._signal_for(a.job_id) if job is not None else None
+            if job is not None and sig is not None:
+                self._signal(plan, a, job, sig, report)
+                return
+            self._act(plan, a, report, checked=job is not None)
+            return
+        self._act(plan, a, report)
+
+    def _act(self, plan: Plan, a: Action, report: ApplyReport, *,
+             extra: dict[str, object] | None = None, checked: bool = False) -> None:
+        """Do ``a`` now and record it done (a requeue: at once, or at the end of its grace);
+        ``checked``: the caller has just seen that the job may be requeued."""
         try:
-            result = self._do(a)
+            result = self._do(a, checked=checked)
         except SlurmError as exc:
             report.failed.append((a, str(exc)))
             log.warning("cycle=%d event=%s_failed job=%s node=%s error=%s", plan.cycle, a.kind,
@@ -171,8 +240,9 @@ class Applier:
         # it says the action happened, so it follows the action, and comes before /done so
         # that an action marked done always has its decision. A skipped action (the job
         # ended meanwhile) has none.
+        result = {**(extra or {}), **result}
         if "skipped" not in result:
-            self.store.record_decision(_decision(plan, a, dry_run=False))
+            self.store.record_decision(_decision(plan, a, dry_run=False, extra=extra))
         self.store.audit(AuditEntry(
             idempotency_key=f"{a.key}/done", actor=ACTOR, action=a.decision, target=a.target,
             at=_at(plan.now), details={"phase": "done", "reason": a.reason, **result}))
@@ -185,12 +255,12 @@ class Applier:
         log.info("cycle=%d event=%s job=%s node=%s reason=%s", plan.cycle, a.decision,
                  a.job_id, a.node, json.dumps(a.reason))
 
-    def _do(self, a: Action) -> dict[str, object]:
+    def _do(self, a: Action, *, checked: bool = False) -> dict[str, object]:
         if a.kind == "requeue" and a.job_id is not None:
             # Slurm also requeues a job that finished or is completing, and runs it again:
             # check it still runs right before (a small race remains).
-            now = self.slurm.list_jobs(job_ids=[a.job_id])
-            if not any(j.state == JobState.RUNNING for j in now):
+            now = [] if checked else self.slurm.list_jobs(job_ids=[a.job_id])
+            if not checked and not any(j.state == JobState.RUNNING for j in now):
                 state = now[0].state.value if now else "gone"
                 return {"skipped": f"job no longer running ({state})"}
             self.slurm.requeue([a.job_id])
@@ -207,6 +277,114 @@ class Applier:
         else:
             raise ValueError(f"cannot apply action {a.kind!r}")  # a bug in plan, not input
         return {}
+
+    # ------------------------------------------------------------ checkpoint signals
+
+    def _in_flight(self, plan: Plan) -> dict[str, ReconcilerDecision]:
+        """Requeues signalled in an earlier cycle (or run) and not done, by action key."""
+        if self.contracts is None or not self.signalling:
+            return {}
+        since = plan.now - int(self.contracts.requeue_grace_s) - PENDING_LOOKBACK_S
+        rows = {d.idempotency_key.removesuffix("/signal"): d
+                for d in self.store.decisions_since(_at(since), kinds=[SIGNAL_KIND])
+                if not d.dry_run}
+        done = self.store.audit_by_keys([f"{k}/done" for k in rows])
+        return {k: d for k, d in rows.items() if f"{k}/done" not in done}
+
+    def _still_running(self, job_id: int) -> Job | None:
+        return next((j for j in self.slurm.list_jobs(job_ids=[job_id])
+                     if j.state == JobState.RUNNING), None)
+
+    def _signal_for(self, job_id: int) -> tuple[str, str, str] | None:
+        """(signal, target, source): the job's own --signal, else the configured one."""
+        assert self.contracts is not None
+        try:
+            own = self.slurm.job_signal(job_id)
+        except SlurmError as exc:  # unreadable: the default is the next best thing
+            log.info("job=%d event=job_signal_unknown error=%s", job_id, exc)
+            own = None
+        if own is not None:
+            return own.signal, own.target, "job"
+        default = signal_name(self.contracts.requeue_signal)
+        if default is None:
+            return None  # "" = no default: a job that asked for nothing is requeued at once
+        return default, self.contracts.requeue_signal_target, "config"
+
+    def _signal(self, plan: Plan, a: Action, job: Job, sig: tuple[str, str, str],
+                report: ApplyReport) -> None:
+        """Phase one: record the signal, then send it; a later cycle requeues."""
+        assert self.contracts is not None and a.job_id is not None
+        signal, target, source = sig
+        grace = self.contracts.requeue_grace_s
+        after = plan.now + int(grace)
+        facts: dict[str, Any] = {"signal": signal, "target": target, "source": source,
+                                 "grace_s": grace, "signalled_at": plan.now,
+                                 "requeue_after": after, "start_time": job.start_time}
+        # Recorded before it is sent: a crash in between loses one signal, never sends two.
+        self.store.record_decision(ReconcilerDecision(
+            idempotency_key=f"{a.key}/signal", cycle=plan.cycle, job_id=a.job_id,
+            kind=SIGNAL_KIND, decided_at=_at(plan.now), dry_run=False,
+            reason=f"sent SIG{signal} to job {a.job_id} ({target}) so that it can checkpoint; "
+                   f"it is requeued {grace:g} s later ({a.decision}: {a.reason})",
+            details={**facts, "for": a.decision, "action": _action_json(a)}))
+        error = ""
+        try:
+            self.slurm.signal_job(a.job_id, signal, target=target)
+        except SlurmError as exc:  # the requeue still comes: the job was chosen either way
+            error = str(exc)[:500]
+            log.warning("cycle=%d event=requeue_signal_failed job=%d signal=%s error=%s",
+                        plan.cycle, a.job_id, signal, exc)
+        self.store.audit(AuditEntry(
+            idempotency_key=f"{a.key}/signal", actor=ACTOR, action=a.decision, target=a.target,
+            at=_at(plan.now), details={"phase": "signal", **facts,
+                                       **({"error": error} if error else {})}))
+        report.signalled.append(a)
+        log.info("cycle=%d event=requeue_signalled job=%d signal=%s target=%s source=%s "
+                 "requeue_after=%d", plan.cycle, a.job_id, signal, target, source, after)
+
+    def _finish(self, plan: Plan, a: Action, signalled: ReconcilerDecision,
+                report: ApplyReport) -> None:
+        """Phase two: once the grace has passed, requeue the run that was signalled."""
+        facts = {k: signalled.details.get(k) for k in
+                 ("signal", "target", "source", "grace_s", "signalled_at", "requeue_after")}
+        after = int(signalled.details.get("requeue_after", 0))
+        if plan.now < after:
+            report.waiting.append(a)
+            return
+        assert a.job_id is not None
+        jobs = self.slurm.list_jobs(job_ids=[a.job_id])
+        job = jobs[0] if jobs else None
+        same_run = job is not None and job.start_time == signalled.details.get("start_time")
+        signalled_at = int(signalled.details.get("signalled_at") or after)
+        extra: dict[str, object] = {**facts, "waited_s": plan.now - signalled_at}
+        if job is not None and same_run and (job.state == JobState.RUNNING
+                                             or job.state in _RERUN_ENDED):
+            if job.state != JobState.RUNNING:
+                extra["ended_after_signal"] = job.state.value
+            self._act(plan, a, report, extra=extra, checked=True)
+            return
+        if job is not None and same_run and job.state == JobState.COMPLETING:
+            report.waiting.append(a)  # its run is ending: requeue it once it has ended
+            return
+        if job is not None and (not same_run or job.state == JobState.PENDING):
+            # it requeued itself on the signal (Lightning, submitit do): done, and it counts
+            # as this requeue for the cooldown and the cap
+            extra["requeued_by"] = "the job itself"
+            self.store.record_decision(_decision(plan, a, dry_run=False, extra=extra))
+            self._done(plan, a, extra)
+            report.applied.append(a)
+            log.info("cycle=%d event=%s_by_job job=%d", plan.cycle, a.decision, a.job_id)
+            return
+        state = job.state.value if job is not None else "gone"
+        self._done(plan, a, {**extra, "skipped": f"job no longer running ({state})"})
+        report.already.append(a)
+        log.info("cycle=%d event=%s_skipped job=%d why=ended_after_signal state=%s",
+                 plan.cycle, a.decision, a.job_id, state)
+
+    def _done(self, plan: Plan, a: Action, details: dict[str, object]) -> None:
+        self.store.audit(AuditEntry(
+            idempotency_key=f"{a.key}/done", actor=ACTOR, action=a.decision, target=a.target,
+            at=_at(plan.now), details={"phase": "done", "reason": a.reason, **details}))
 
     def _tell(self, a: Action) -> None:
         """Slurm has no channel to a job's owner: the site's notify hook is the one."""

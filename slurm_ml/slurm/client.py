@@ -8,17 +8,20 @@ it, ``scontrol -o`` one-liners otherwise.
 from __future__ import annotations
 
 import logging
+import re
+import shlex
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
+from slurm_ml.config.schema import signal_name
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.slurm import parse
 from slurm_ml.slurm.accounts import parse_default_accounts
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
 from slurm_ml.slurm.priority import SPRIO_FORMAT, PriorityParts, parse_sprio, pick_parts
-from slurm_ml.slurm.protocol import SubmitRequest
+from slurm_ml.slurm.protocol import JobSignal, SubmitRequest
 from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.slurm.version import SlurmVersion
 
@@ -142,6 +145,20 @@ class CliSlurm:
         if job_ids:
             self.run(["scancel", *map(str, job_ids)])
 
+    def signal_job(self, job_id: int, signal: str, *, target: str = "batch") -> None:
+        """``scancel --signal=SIG [--batch|--full] ID``; exit 1 for an unknown or ended job."""
+        flag = {"batch": ["--batch"], "full": ["--full"], "steps": []}[target]
+        self.run(["scancel", f"--signal={signal}", *flag, str(job_id)])
+
+    def job_signal(self, job_id: int) -> JobSignal | None:
+        """From ``scontrol write batch_script ID -`` (root or the job's owner may read it)."""
+        try:
+            script = self.run(["scontrol", "write", "batch_script", str(job_id), "-"])
+        except SlurmCommandError as exc:
+            log.info("job=%d event=batch_script_unreadable error=%s", job_id, exc)
+            return None
+        return parse_sbatch_signal(script)
+
     def release(self, job_ids: Sequence[int]) -> None:
         if job_ids:
             self.run(["scontrol", "release", ",".join(map(str, job_ids))])
@@ -192,3 +209,40 @@ class CliSlurm:
 
 def _sacct_time(epoch: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+_SIGNAL_SPEC = re.compile(r"^(?:(?P<flags>[RB]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<at>\d+))?$")
+
+
+def parse_signal_spec(spec: str) -> JobSignal | None:
+    """sbatch's ``[{R|B}:]SIG[@TIME]``; None when it is not one."""
+    m = _SIGNAL_SPEC.match(spec.strip())
+    if m is None:
+        return None
+    sig = signal_name(m["sig"])
+    if sig is None:
+        return None
+    target = "batch" if "B" in (m["flags"] or "") else "steps"
+    return JobSignal(sig, target, int(m["at"]) if m["at"] else None)
+
+
+def parse_sbatch_signal(script: str) -> JobSignal | None:
+    """The last ``--signal`` of a batch script's ``#SBATCH`` lines, read as sbatch does:
+    up to the first line that is neither blank, a comment nor the ``#!`` line."""
+    found: JobSignal | None = None
+    for line in script.splitlines():
+        text = line.strip()
+        if not text or (text.startswith("#") and not text.startswith("#SBATCH")):
+            continue
+        if not text.startswith("#SBATCH"):
+            break
+        try:
+            words = shlex.split(text[len("#SBATCH"):], comments=True)
+        except ValueError:
+            continue
+        for i, word in enumerate(words):
+            if word.startswith("--signal="):
+                found = parse_signal_spec(word.removeprefix("--signal=")) or found
+            elif word == "--signal" and i + 1 < len(words):
+                found = parse_signal_spec(words[i + 1]) or found
+    return found

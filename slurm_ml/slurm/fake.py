@@ -18,7 +18,7 @@ from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.priority import PriorityParts
-from slurm_ml.slurm.protocol import SubmitRequest
+from slurm_ml.slurm.protocol import JobSignal, SubmitRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 from slurm_ml.slurm.version import SlurmVersion
 
@@ -40,6 +40,10 @@ class FakeSlurm:
         #: Weighted priority factors per job (PriorityParts field -> value), for sprio.
         self.factors: dict[int, dict[str, int]] = {}
         self.calls: list[tuple[str, ...]] = []
+        #: Signals sent with signal_job, in order: (job id, signal, target).
+        self.signals: list[tuple[int, str, str]] = []
+        #: A job's own --signal (its #SBATCH line), for job_signal(); tests set it.
+        self.job_signals: dict[int, JobSignal] = {}
         self.batch_size = batch_size
         self._version = SlurmVersion.parse(version)
         self._next_id = 1
@@ -154,6 +158,22 @@ class FakeSlurm:
         self._call("scancel", *map(str, job_ids))
         for jid in job_ids:
             self.jobs[jid] = replace(self._job(jid), state=JobState.CANCELLED)
+
+    def signal_job(self, job_id: int, signal: str, *, target: str = "batch") -> None:
+        """Like scancel: an unknown or ended job is refused; a signal to a pending job's
+        steps or shell reaches nothing, but Slurm takes it."""
+        self._call("scancel", f"--signal={signal}", target, str(job_id))
+        if target not in ("batch", "full", "steps"):
+            raise ValueError(f"signal target {target!r}")  # a caller's bug, not Slurm's no
+        job = self.jobs.get(job_id)
+        if job is None or job.state in _ENDED:
+            raise SlurmCommandError(("scancel",), 1, f"scancel: error: Kill job error on job "
+                                    f"id {job_id}: Invalid job id specified")
+        self.signals.append((job_id, signal, target))
+
+    def job_signal(self, job_id: int) -> JobSignal | None:
+        self._call("scontrol", "write", "batch_script", str(job_id))
+        return self.job_signals.get(job_id)
 
     def release(self, job_ids: Sequence[int]) -> None:
         self._call("scontrol", "release", *map(str, job_ids))

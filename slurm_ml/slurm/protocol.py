@@ -34,6 +34,15 @@ class SubmitRequest:
     workdir: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobSignal:
+    """A job's own ``--signal=[B:]SIG[@TIME]``: what it asked to be told before it ends."""
+
+    signal: str  # as scancel takes it: "USR1", or a number
+    target: str  # "batch" (B:) or "steps" (Slurm's default: every step, not the shell)
+    before_s: int | None = None  # @TIME; Slurm's default is 60 s
+
+
 class SlurmClient(Protocol):
     def version(self) -> SlurmVersion: ...
 
@@ -63,6 +72,17 @@ class SlurmClient(Protocol):
     def requeue(self, job_ids: Sequence[int]) -> None: ...
 
     def cancel(self, job_ids: Sequence[int]) -> None: ...
+
+    def signal_job(self, job_id: int, signal: str, *, target: str = "batch") -> None:
+        """``scancel --signal``: ``target`` "batch" (the batch shell), "full" (it and every
+        step) or "steps"; SlurmCommandError when Slurm does not know the job or it ended."""
+        ...
+
+    def job_signal(self, job_id: int) -> JobSignal | None:
+        """The ``--signal`` the job's batch script sets (its ``#SBATCH`` lines); None when it
+        sets none. Neither squeue nor scontrol show it (22.05, 24.11), so only these lines
+        can be read: a ``--signal`` given on the sbatch command line is not seen."""
+        ...
 
     def release(self, job_ids: Sequence[int]) -> None: ...
 

@@ -144,3 +144,26 @@ def test_fix_runaway_returns_the_ids_and_clears_them() -> None:
     assert s.fix_runaway_jobs() == [3, 7]
     assert s.runaway == set() and s.list_runaway_jobs() == [] and s.fix_runaway_jobs() == []
     assert s.calls.count(("sacctmgr", "show", "runawayjobs")) == 4
+
+
+def test_signal_job_records_signals_and_refuses_unknown_or_ended_jobs() -> None:
+    from slurm_ml.slurm.protocol import JobSignal
+
+    s = FakeSlurm()
+    a = s.submit(SubmitRequest(user="alice", requeue=True))
+    s.start(a, "gpu01", at=100)
+    s.signal_job(a, "USR1", target="batch")
+    s.signal_job(a, "USR2", target="steps")
+    assert s.signals == [(a, "USR1", "batch"), (a, "USR2", "steps")]
+    assert s.jobs[a].state is JobState.RUNNING  # a signal is not a cancel
+    assert ("scancel", "--signal=USR1", "batch", str(a)) in s.calls
+    with pytest.raises(SlurmCommandError, match="Invalid job id"):
+        s.signal_job(999, "USR1")
+    s.cancel([a])
+    with pytest.raises(SlurmCommandError, match="Invalid job id"):
+        s.signal_job(a, "USR1")
+    assert len(s.signals) == 2
+
+    assert s.job_signal(a) is None  # its batch script set no --signal
+    s.job_signals[a] = JobSignal("USR1", "batch", 90)
+    assert s.job_signal(a) == JobSignal("USR1", "batch", 90)
