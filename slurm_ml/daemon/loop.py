@@ -145,7 +145,7 @@ class Daemon:
         plan = plan_cycle(self.cfg, obs)
         applier = Applier(self.slurm, self.store, still_leader=self._still_leader,
                           notify=notify_command(self.cfg.policy.reclaim.notify_command),
-                          after_intent=self.after_intent)
+                          after_intent=self.after_intent, contracts=self.cfg.policy.contracts)
         report = applier.apply(plan, dry_run=self.dry_run)
         self.metrics.record(plan, report)
         outcome = "dry_run" if self.dry_run else "acted"

@@ -93,7 +93,7 @@ def explain(cfg_path: Path) -> str:
     from slurm_ml.daemon import views
     from slurm_ml.daemon.observe import observe
     from slurm_ml.daemon.plan import ledger, plan_cycle
-    from slurm_ml.policy import contracts
+    from slurm_ml.policy import contracts, placement
     from slurm_ml.slurm.client import CliSlurm
 
     cfg = load_config(cfg_path)
@@ -102,8 +102,8 @@ def explain(cfg_path: Path) -> str:
     plan = plan_cycle(cfg, obs)
     running = views.running_jobs(cfg, obs.jobs)
     pos = contracts.allocation_positions(plan.fair, running)
-    free = views.free_gpus(cfg, obs.nodes, running)
-    out = [f"free={free}", f"positions={pos}"]
+    free = placement.node_slots(placement.cluster_nodes(cfg, obs.nodes), running)
+    out = [f"free={ {n: s.free for n, s in free.items()} }", f"positions={pos}"]
     for w in views.waiting_jobs(cfg, obs.jobs):
         p = pos.get(w.account)
         starved = p is not None and contracts.is_starved(now, w, p, free, cfg.policy.contracts)
@@ -129,7 +129,10 @@ def write_config(path: Path, **policy: dict[str, Any]) -> Path:
         prog["weight"] = {"nlp": 70, "vision": 30}[prog["name"]]
     pol = data["policy"]
     pol["fairshare"].update(window_hours=0.05, owed_bucket_s=20, cycle_interval_s=3)
-    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5)
+    # Requeue at once: the signal-and-grace path has its own tests (test_apply_signal,
+    # test_requeue_checkpoint).
+    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5,
+                            requeue_grace_s=0)
     pol["reclaim"].update(zombie_heartbeat_s=60, sample_interval_s=20, zombie_grace_s=0,
                           fix_runaway=False)
     for section, knobs in policy.items():

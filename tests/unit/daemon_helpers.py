@@ -28,7 +28,10 @@ HOUR = 3600
 def config(**policy: dict[str, Any]) -> Config:
     data = yaml.safe_load(EXAMPLE.read_text())
     pol = data["policy"]
-    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5)
+    # Requeue at once: the signal-and-grace path has its own tests (test_apply_signal,
+    # test_requeue_checkpoint).
+    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5,
+                            requeue_grace_s=0)
     for section, knobs in policy.items():
         pol[section].update(knobs)
     return parse_config(copy.deepcopy(data))
