@@ -157,14 +157,16 @@ def budget() -> None:
 def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
                   plot_path: str | None) -> None:
     """Per budget-tree node over the window: budget share, owed, delivered, their ratio,
-    pending demand, allocated vs unallocated GPU-hours and the mean GPU utilisation of the
-    delivered hours, then the scheduling order of associations with pending work.
+    pending demand (and, apart, pending GPUs that wait for something other than GPUs:
+    holds, dependencies, limits, per reason), allocated vs unallocated GPU-hours and the
+    mean GPU utilisation of the delivered hours, then the scheduling order of associations
+    with pending work.
 
     Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history); 2 bad config.
     """
     from datetime import UTC, datetime
 
-    from slurm_ml.daemon import report
+    from slurm_ml.daemon import report, views
     from slurm_ml.daemon.observe import observe
     from slurm_ml.daemon.plan import current_fair_share
     from slurm_ml.slurm.errors import SlurmError
@@ -193,7 +195,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
                        "or history", err=True)
         finally:
             store.close()
-    data = report.budget_json(fair, util)
+    data = report.budget_json(fair, util, views.excluded_pending(cfg, obs.jobs))
     emit(data, as_json, report.budget_text(data))
     if plot_path:
         from slurm_ml.daemon.plot import plot_budget

@@ -15,6 +15,7 @@ from typing import Any
 from slurm_ml.model import Job
 from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
+from slurm_ml.policy.pending import ExcludedPending
 from slurm_ml.policy.reclaim import ZombieStatus
 from slurm_ml.store.records import JobGpuStats, ReconcilerDecision
 
@@ -49,10 +50,32 @@ def _util_of(s: Standing, util: Mapping[str, float], fair: FairShare) -> float |
     return num / den if den > 0 else None
 
 
-def budget_rows(fair: FairShare, util: Mapping[str, float]) -> list[dict[str, Any]]:
-    """One row per tree node, depth-first, with the numbers ``budget status`` shows."""
+def _excluded_of(s: Standing, by_assoc: Mapping[tuple[str, str], Sequence[ExcludedPending]],
+                 projects: Mapping[tuple[str, ...], str]) -> dict[str, float]:
+    """Billing GPUs pending but not demand under a tree node, per Slurm reason code."""
+    if s.kind == "user":
+        mine = list(by_assoc.get((s.account, s.user or ""), ()))
+    else:  # a project, a program or the org: the accounts of the projects under it
+        under = {a for p, a in projects.items() if p[:len(s.path)] == s.path}
+        mine = [e for (acct, _u), rows in by_assoc.items() if acct in under for e in rows]
+    out: dict[str, float] = {}
+    for e in mine:
+        out[e.reason] = out.get(e.reason, 0.0) + e.billing_gpus
+    return {k: round(v, 2) for k, v in sorted(out.items())}
+
+
+def budget_rows(fair: FairShare, util: Mapping[str, float],
+                excluded: Sequence[ExcludedPending] = ()) -> list[dict[str, Any]]:
+    """One row per tree node, depth-first, with the numbers ``budget status`` shows.
+    ``pending_gpus`` is the demand counted; ``excluded_pending_gpus`` the pending billing
+    GPUs that wait for something other than GPUs (per reason in ``excluded_pending``)."""
+    projects = {s.path: s.account for s in fair.standings if s.kind == "project"}
+    by_assoc: dict[tuple[str, str], list[ExcludedPending]] = {}
+    for e in excluded:
+        by_assoc.setdefault((e.account, e.user), []).append(e)
     rows = []
     for s in fair.standings:
+        ex = _excluded_of(s, by_assoc, projects) if by_assoc else {}
         rows.append({
             "path": "/".join(s.path), "kind": s.kind, "account": s.account, "user": s.user,
             "budget_share": _num(s.budget_share, 4), "owed_gpu_hours": _num(s.owed),
@@ -61,6 +84,7 @@ def budget_rows(fair: FairShare, util: Mapping[str, float]) -> list[dict[str, An
             "unallocated_gpu_hours": _num(s.unallocated), "demand_gpu_hours": _num(s.demand),
             "level_fs": _num(s.level_fs, 4), "rank": s.rank, "site_factor": s.site_factor,
             "mean_gpu_util_pct": _num(_util_of(s, util, fair), 1),
+            "excluded_pending_gpus": _num(sum(ex.values())), "excluded_pending": ex,
         })
     return rows
 
@@ -73,10 +97,16 @@ def ranking(fair: FairShare) -> list[dict[str, Any]]:
              "ratio": _num(s.ratio, 3)} for s in ranked]
 
 
-def budget_json(fair: FairShare, util: Mapping[str, float]) -> dict[str, Any]:
+def budget_json(fair: FairShare, util: Mapping[str, float],
+                excluded: Sequence[ExcludedPending] = ()) -> dict[str, Any]:
+    """``excluded``: pending jobs that are not demand (``views.excluded_pending``)."""
     return {"window_start": fair.window_start, "window_end": fair.window_end,
-            "capacity_billing_gpus": fair.capacity, "nodes": budget_rows(fair, util),
-            "ranking": ranking(fair)}
+            "capacity_billing_gpus": fair.capacity,
+            "nodes": budget_rows(fair, util, excluded), "ranking": ranking(fair),
+            "excluded_pending": [
+                {"account": e.account, "user": e.user, "reason": e.reason,
+                 "wait": e.wait.value, "jobs": e.jobs, "gpus": e.gpus,
+                 "billing_gpus": _num(e.billing_gpus)} for e in excluded]}
 
 
 def _cell(v: Any, fmt: str = "{:.1f}") -> str:
@@ -88,8 +118,8 @@ def budget_text(data: Mapping[str, Any]) -> str:
     end = datetime.fromtimestamp(data["window_end"]).strftime("%Y-%m-%d %H:%M")
     head = (f"Budget window {start} .. {end}; capacity {data['capacity_billing_gpus']:.1f} "
             f"billing GPUs. GPU-hours are billing-weighted.")
-    cols = ("node", "share", "owed", "delivered", "del/owed", "pending", "unalloc",
-            "util%", "rank")
+    cols = ("node", "share", "owed", "delivered", "del/owed", "pending", "not-demand",
+            "unalloc", "util%", "rank")
     rows = []
     for r in data["nodes"]:
         depth = r["path"].count("/")
@@ -97,6 +127,7 @@ def budget_text(data: Mapping[str, Any]) -> str:
         rows.append((name, _cell(r["budget_share"] and r["budget_share"] * 100, "{:.1f}%"),
                      _cell(r["owed_gpu_hours"]), _cell(r["delivered_gpu_hours"]),
                      _cell(r["ratio"], "{:.2f}"), _cell(r["pending_gpus"], "{:.0f}"),
+                     _cell(r.get("excluded_pending_gpus") or None, "{:.0f}"),
                      _cell(r["unallocated_gpu_hours"]), _cell(r["mean_gpu_util_pct"]),
                      _cell(r["rank"], "{}")))
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
@@ -115,6 +146,14 @@ def budget_text(data: Mapping[str, Any]) -> str:
     for r in idle:
         lines.append(f"note: {r['account']} used its GPUs at {r['mean_gpu_util_pct']:.0f}% on "
                      f"average: allocated but mostly idle.")
+    for r in data["nodes"]:
+        if r["kind"] == "project" and r.get("excluded_pending"):
+            why = ", ".join(f"{k} {v:.0f}" for k, v in r["excluded_pending"].items())
+            lines.append(f"note: {r['account']} has {r['excluded_pending_gpus']:.0f} billing "
+                         f"GPUs pending that are not demand ({why}): they wait for a hold, "
+                         f"a dependency, a begin time, a limit or unavailable nodes, not for "
+                         f"GPUs, so they are neither owed nor ranked. Release or fix them "
+                         f"to count.")
     return "\n".join(lines)
 
 

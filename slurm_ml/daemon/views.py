@@ -20,6 +20,7 @@ from slurm_ml.policy.admission import recorded_min_runtime_min
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
+from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
 from slurm_ml.store.records import HealthEvent, UtilSample
 
@@ -93,13 +94,14 @@ def job_billing_gpus(cfg: Config, job: Job, gpu_type: str | None = None,
 
 
 def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> list[Footprint]:
-    """The window's allocations (from slurmdbd) plus the jobs pending now (from slurmctld)."""
+    """The window's allocations (from slurmdbd) plus the jobs pending now (from slurmctld)
+    that wait for GPUs: a held, dependent or limit-blocked job is no demand."""
     out = [Footprint(job_id=u.job_id, account=u.account, user=u.user,
                      billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
                      pending_from=u.submit, run_from=u.start, until=u.end)
            for u in usage if u.gpus > 0]
     for j in jobs:
-        if j.state == JobState.PENDING and j.total_gpus > 0:
+        if j.state == JobState.PENDING and j.total_gpus > 0 and waits_for_gpus(j.reason):
             out.append(Footprint(job_id=j.job_id, account=j.account, user=j.user,
                                  billing_gpus=job_billing_gpus(cfg, j,
                                                                types=acceptable_types(cfg, j)),
@@ -109,12 +111,29 @@ def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> l
 
 
 def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
-    """Pending jobs as fair share sees them; ``short`` from the recorded contract."""
+    """Pending jobs as fair share sees them (only those that wait for GPUs: the others
+    are not ranked either); ``short`` from the recorded contract."""
     return [PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
                        nice=j.nice,
                        short=is_short_job(None if (s := protected_s(j)) is None else s / 60,
                                           j.time_limit_min, cfg))
-            for j in jobs if j.state == JobState.PENDING]
+            for j in jobs if j.state == JobState.PENDING and waits_for_gpus(j.reason)]
+
+
+def excluded_pending(cfg: Config, jobs: Sequence[Job]) -> list[ExcludedPending]:
+    """Pending GPU jobs that are not demand, per association and Slurm reason code (what
+    ``budget status`` shows apart from the pending GPUs it counts)."""
+    acc: dict[tuple[str, str, str], tuple[int, int, float]] = {}
+    for j in jobs:
+        if j.state != JobState.PENDING or j.total_gpus <= 0 or waits_for_gpus(j.reason):
+            continue
+        key = (j.account, j.user, code_of(j.reason))
+        n, g, b = acc.get(key, (0, 0, 0.0))
+        acc[key] = (n + 1, g + j.total_gpus,
+                    b + job_billing_gpus(cfg, j, types=acceptable_types(cfg, j)))
+    return [ExcludedPending(account=a, user=u, reason=code, wait=wait_of(code), jobs=n,
+                            gpus=g, billing_gpus=b)
+            for (a, u, code), (n, g, b) in sorted(acc.items())]
 
 
 def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
@@ -142,8 +161,10 @@ def protected_s(job: Job) -> int | None:
 
 
 def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
-    """Pending GPU jobs in Slurm's order (highest priority first, then submit time)."""
-    pending = [j for j in jobs if j.state == JobState.PENDING and j.total_gpus > 0]
+    """Pending GPU jobs that wait for GPUs, in Slurm's order (highest priority first,
+    then submit time)."""
+    pending = [j for j in jobs if j.state == JobState.PENDING and j.total_gpus > 0
+               and waits_for_gpus(j.reason)]
     pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or 0, j.job_id))
     out = []
     for order, j in enumerate(pending):

@@ -36,18 +36,16 @@ from dataclasses import dataclass, replace
 
 from slurm_ml.config import ContractsConfig
 from slurm_ml.model import ALLOC_QOS
+from slurm_ml.policy import pending
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import FairShare
 
-#: Pending reasons (the text before any comma, spaces as underscores) that mean "would
-#: start if GPUs were free". Holds, dependencies, begin times, association/QOS limits,
-#: reservations and licences are excluded: freeing GPUs does not start those jobs.
-STARVED_REASONS = frozenset({
-    "Resources",
-    "Priority",
-    "ReqNodeNotAvail",  # also "ReqNodeNotAvail, UnavailableNodes:gpu[01-02]"
-    "Nodes_required_for_job_are_DOWN",  # the long form scontrol prints for the same wait
-})
+#: Slurm's codes for "would start if GPUs were free" (slurm_ml.policy.pending, the list
+#: fair share's demand uses too): holds, dependencies, begin times, association/QOS
+#: limits, nodes down, drained or reserved, reservations and licences are excluded, and
+#: so is a job Slurm has not evaluated yet (demand, but no reason to requeue anyone).
+STARVED_REASONS = frozenset(r.code for r in pending.REASONS
+                            if r.wait in pending.STARVING_WAITS)
 
 #: Float slack for share and ratio comparisons (1.15 - 0.95 < 0.2 in floats).
 _EPS = 1e-9
@@ -127,11 +125,11 @@ def effective_ratio(pos: AllocationPosition) -> float | None:
 
 
 def starving_reason(reason: str) -> bool:
-    """Whether a pending reason is one that freeing GPUs can end (see STARVED_REASONS)."""
+    """Whether a pending reason is one that freeing GPUs can end (see STARVED_REASONS);
+    a maintenance reservation never is, whatever code it comes with."""
     if "maintenance" in reason.lower():  # "ReqNodeNotAvail, Reserved for maintenance"
         return False
-    head = reason.split(",", 1)[0].strip().replace(" ", "_")
-    return head in STARVED_REASONS
+    return pending.starving(reason)
 
 
 def protected_s(job: RunningJob, cfg: ContractsConfig) -> int:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from daemon_helpers import CFG, NOW, world
+from daemon_helpers import CFG, EXAMPLE, NOW, job, world
 
 from slurm_ml.cli import main
-from slurm_ml.daemon import report
+from slurm_ml.daemon import report, views
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.policy.fairshare import FairShare
@@ -43,6 +44,61 @@ def test_budget_rows_cover_the_tree_and_rank_the_starved_team_first() -> None:
     text = report.budget_text(data)
     assert "del/owed" in text and "detection" in text
     assert "note: llm-pretrain used its GPUs at 12% on average" in text
+
+
+def _held_and_dependent(slurm: FakeSlurm) -> FakeSlurm:
+    """detection's dave adds a held a100 job and two jobs waiting on a dependency."""
+    slurm.add_job(job(30, "dave", "detection", gpus=8, gtype="a100_80g", reason="JobHeldUser",
+                      site=None))
+    for jid in (31, 32):
+        slurm.add_job(job(jid, "dave", "detection", gpus=8, gtype="a100_80g",
+                          reason="Dependency", site=None))
+    return slurm
+
+
+def test_budget_status_shows_excluded_pending_gpus_apart_per_reason() -> None:
+    slurm = _held_and_dependent(world())
+    obs = observe(CFG, slurm, FakeStore(), NOW)
+    fair = plan_cycle(CFG, obs).fair
+    before = report.budget_json(_fair()[1], {})
+    data = report.budget_json(fair, {}, views.excluded_pending(CFG, obs.jobs))
+
+    rows = {r["path"]: r for r in data["nodes"]}
+    det, old = rows["ml/vision/detection"], {r["path"]: r for r in before["nodes"]}
+    assert det["pending_gpus"] == old["ml/vision/detection"]["pending_gpus"]  # demand only
+    assert det["ratio"] == old["ml/vision/detection"]["ratio"]
+    assert det["excluded_pending"] == {"Dependency": 16.0, "JobHeldUser": 8.0}
+    assert det["excluded_pending_gpus"] == 24.0
+    assert rows["ml/vision"]["excluded_pending_gpus"] == 24.0  # rolled up the tree
+    assert rows["ml"]["excluded_pending"] == {"Dependency": 16.0, "JobHeldUser": 8.0}
+    assert rows["ml/vision/detection/dave"]["excluded_pending_gpus"] == 24.0
+    assert rows["ml/nlp/llm-pretrain"]["excluded_pending_gpus"] == 0
+    assert {(e["reason"], e["wait"], e["jobs"], e["gpus"]) for e in data["excluded_pending"]} \
+        == {("Dependency", "dependency", 2, 16), ("JobHeldUser", "held", 1, 8)}
+
+    text = report.budget_text(data)
+    assert "not-demand" in text
+    assert ("note: detection has 24 billing GPUs pending that are not demand "
+            "(Dependency 16, JobHeldUser 8)") in text
+
+
+def test_budget_status_cli_lists_excluded_jobs_in_json_and_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_ml.cli import reconciler
+
+    slurm = _held_and_dependent(world())
+    monkeypatch.setattr(reconciler, "_slurm", lambda _cfg: slurm)
+    monkeypatch.setattr(reconciler, "_store", lambda _cfg, _dsn: FakeStore())
+    monkeypatch.setattr(reconciler.time, "time", lambda: NOW)
+    res = CliRunner().invoke(main, ["budget", "status", "--config", str(EXAMPLE), "--json"])
+
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert [(e["account"], e["user"], e["reason"], e["billing_gpus"])
+            for e in data["excluded_pending"]] == [("detection", "dave", "Dependency", 16.0),
+                                                    ("detection", "dave", "JobHeldUser", 8.0)]
+    text = CliRunner().invoke(main, ["budget", "status", "--config", str(EXAMPLE)])
+    assert "Dependency 16, JobHeldUser 8" in text.stdout
 
 
 def test_utilisation_is_weighted_by_run_time() -> None:
