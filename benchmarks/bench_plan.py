@@ -7,7 +7,12 @@ with GPU samples in the heartbeat window (half of those idle), and 1,000 requeue
 warning decisions in the history. ``plan_cycle`` runs fair share, SiteFactors, contracts,
 zombies and drains over it. Everything is made up (seeded); no Slurm, no database.
 
-Usage: python benchmarks/bench_plan.py [--runs N] [--json]
+``--contended``: the same world with every idle GPU taken by a filler job (allocated, not
+resumable), so that no pending job fits and the node-level requeue planner searches
+for every starved job until the preemption cap is spent (the default world has ~1%
+empty nodes: most starved jobs fit, and the planner is only asked "does it fit").
+
+Usage: python benchmarks/bench_plan.py [--runs N] [--json] [--contended]
 Targets (issue 5): one decide pass <= 2 s and <= 500 MB RSS on this machine.
 """
 
@@ -53,7 +58,7 @@ def _at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def world(rng: random.Random):  # type: ignore[no-untyped-def]
+def world(rng: random.Random, contended: bool = False):  # type: ignore[no-untyped-def]
     base = load_config(DEFAULT_CONFIG)
     half = PROGRAMS * PROJECTS * USERS // 5
     classes = tuple(
@@ -105,6 +110,16 @@ def world(rng: random.Random):  # type: ignore[no-untyped-def]
         usage.append(JobUsage(j.job_id, j.user, j.account, j.qos, JobState.RUNNING, 0,
                               {"gres/gpu": j.total_gpus, f"gres/gpu:{gtype}": j.total_gpus},
                               start=run, end=None, submit=j.submit_time))
+    if contended:  # every idle GPU taken by a job nobody may requeue
+        busy = {n: 0 for n in names}
+        for j in running:
+            busy[j.nodes] += j.total_gpus
+        for n, used in busy.items():
+            if used < 8:
+                filler = dataclasses.replace(
+                    make(JobState.RUNNING, NOW - HOUR, NOW - HOUR, n), qos="alloc",
+                    requeue=False, gpus=(GpuRequest(8 - used, "node", None),))
+                jobs.append(filler)
     for _ in range(PENDING):
         jobs.append(make(JobState.PENDING, NOW - rng.randint(0, 72 * HOUR), None))
     samples: dict[int, tuple[UtilSample, ...]] = {}
@@ -128,9 +143,9 @@ def world(rng: random.Random):  # type: ignore[no-untyped-def]
     return cfg, obs
 
 
-def main(runs: int, as_json: bool) -> None:
+def main(runs: int, as_json: bool, contended: bool = False) -> None:
     rss_start = rss_mb()
-    cfg, obs = world(random.Random(7))
+    cfg, obs = world(random.Random(7), contended)
     rss_inputs = rss_mb()
     times = []
     plan = None
@@ -140,7 +155,8 @@ def main(runs: int, as_json: bool) -> None:
         times.append(time.perf_counter() - t0)
     assert plan is not None
     out = {
-        "bench": "plan_cycle", "synthetic": True, "pending": PENDING, "running": RUNNING,
+        "bench": "plan_cycle", "synthetic": True, "contended": contended,
+        "pending": PENDING, "running": RUNNING,
         "finished": FINISHED, "users": PROGRAMS * PROJECTS * USERS, "runs": runs,
         "first_s": round(times[0], 3), "median_s": round(statistics.median(times), 3),
         "rss_start_mb": round(rss_start, 1), "rss_inputs_mb": round(rss_inputs, 1),
@@ -162,4 +178,4 @@ def main(runs: int, as_json: bool) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     n = int(args[args.index("--runs") + 1]) if "--runs" in args else 3
-    main(n, "--json" in args)
+    main(n, "--json" in args, "--contended" in args)

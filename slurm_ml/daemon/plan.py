@@ -18,6 +18,7 @@ from slurm_ml.daemon.observe import Observation
 from slurm_ml.model import Job, JobState
 from slurm_ml.policy.contracts import PreemptionLedger, allocation_positions, plan_requeues
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
+from slurm_ml.policy.placement import cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
     ZombieStatus,
     orphan_drains,
@@ -172,7 +173,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")])
     requeues = plan_requeues(
         now, candidates, views.waiting_jobs(cfg, jobs), allocation_positions(fair, running), book,
-        views.free_gpus(cfg, obs.nodes, running), views.total_gpus(cfg), cfg.policy.contracts)
+        node_slots(cluster_nodes(cfg, obs.nodes), running), views.total_gpus(cfg),
+        cfg.policy.contracts)
     for rq in requeues:
         actions.append(Action(
             kind="requeue", decision="requeue", job_id=rq.victim, gpus=rq.gpus,

@@ -11,7 +11,8 @@ under-served one. Guards, each from a system that learned it the hard way:
 * loop-free: the preemptor's point-in-time share after the swap is at most the victim's
   (Kueue ``LessThanOrEqualToFinalShare``), so two allocations can never requeue each other
   back and forth;
-* youngest victims first, from the most over-served allocation (Hadoop: least lost work);
+* the victims that lose the least work, GPU-hours, first (Hadoop: youngest first), ties
+  from the most over-served allocation;
 * a preemption budget: a per-job cooldown and a cluster cap of
   ``floor(preempt_cap_fraction x total GPUs)`` GPUs per ``preempt_cap_window_s``.
 
@@ -21,9 +22,11 @@ beyond the free ones is never served by requeue there, and a cluster under 20 GP
 requeues at all. Raise ``preempt_cap_fraction`` on small clusters (0.2 on 40 GPUs allows
 one 8-GPU swap per window).
 
-Simplifications, on purpose: free GPUs are counted per type over the whole cluster (not
-per node), and freed GPUs are assumed to go to the starved job (it ranks first by
-SiteFactor). Free-QOS jobs are never victims here: Slurm's preempt/qos handles them.
+Room is planned node by node (``policy.placement``): a job is starved only if it cannot
+be placed now, and only victims whose GPUs complete a placement for it are requeued, the
+set losing the fewest GPU-hours first. Freed GPUs are assumed to go to the starved job
+(it ranks first by SiteFactor). Free-QOS jobs are never victims here: Slurm's
+preempt/qos handles them, and their GPUs count as room.
 
 Pure: ``now`` (epoch seconds), the jobs, positions and history come in as values.
 """
@@ -31,6 +34,7 @@ Pure: ``now`` (epoch seconds), the jobs, positions and history come in as values
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -39,6 +43,7 @@ from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy import pending
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import FairShare
+from slurm_ml.policy.placement import NodeMap, Placement, Planner, fits_now
 
 #: Slurm's codes for "would start if GPUs were free" (slurm_ml.policy.pending, the list
 #: fair share's demand uses too): holds, dependencies, begin times, association/QOS
@@ -49,6 +54,9 @@ STARVED_REASONS = frozenset(r.code for r in pending.REASONS
 
 #: Float slack for share and ratio comparisons (1.15 - 0.95 < 0.2 in floats).
 _EPS = 1e-9
+
+#: An allocation no real one can be more deserving than: nothing delivered, nothing running.
+_PROBE = "\0probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,43 +150,79 @@ def _fmt_ratio(ratio: float | None) -> str:
     return "nothing owed yet" if ratio is None else f"delivered/owed {ratio:.2f}"
 
 
-def _free_for(job: WaitingJob, free: Mapping[str, int]) -> int:
-    """The most GPUs of one acceptable type that are free now."""
-    return max((n for t, n in free.items() if job.accepts(t)), default=0)
-
-
 @dataclass(slots=True)
 class _State:
     """What a plan has changed so far: the next decision sees it."""
 
     positions: dict[str, AllocationPosition]
-    free: dict[str, int]
-    taken: set[int]
+    planner: Planner
     budget_left: int
+    accounts: _VictimAccounts
 
 
-@dataclass(frozen=True, slots=True)
-class _Option:
-    gpu_type: str
-    victims: tuple[RunningJob, ...]
+class _VictimAccounts:
+    """The victims' allocations by delivered/owed, so that a job no victim's allocation
+    may be requeued for (the gap, and the loop-free rule for its smallest victim) is
+    ruled out before any node is searched. A necessary condition only: the victims
+    themselves still pass ``victim_blocker``."""
 
-    @property
-    def gpus(self) -> int:
-        return sum(v.gpus for v in self.victims)
+    def __init__(self, pool: Sequence[RunningJob]) -> None:
+        self.min_billing: dict[str, float] = {}
+        for v in pool:
+            self.min_billing[v.account] = min(self.min_billing.get(v.account, math.inf),
+                                               v.billing_gpus)
+        self.ratios: list[float] = []
+        self.rows: list[tuple[str, float]] = []  # (account, share after its smallest victim)
+        self.best_after: list[float] = []  # suffix maxima of the shares after
+
+    def refresh(self, positions: Mapping[str, AllocationPosition]) -> None:
+        rows = []
+        for a, b in self.min_billing.items():
+            p = positions.get(a)
+            if p is not None and p.ratio is not None and p.budget_share > 0:
+                rows.append((p.ratio, a, (p.running_billing_gpus - b) / p.budget_share))
+        rows.sort()
+        self.ratios = [r for r, _, _ in rows]
+        self.rows = [(a, after) for _, a, after in rows]
+        best, top = [0.0] * len(rows), -math.inf
+        for i in range(len(rows) - 1, -1, -1):
+            top = max(top, rows[i][2])
+            best[i] = top
+        self.best_after = best
+
+    def allowed(self, ppos: AllocationPosition, need_billing: float,
+                cfg: ContractsConfig) -> list[str]:
+        """The allocations that may lose a job to this one."""
+        p_ratio = effective_ratio(ppos)
+        if p_ratio is None or ppos.budget_share <= 0:
+            return []
+        after_p = (ppos.running_billing_gpus + need_billing) / ppos.budget_share
+        i = bisect_left(self.ratios, max(1 + _EPS, p_ratio + cfg.preempt_min_gap - _EPS))
+        while i < len(self.ratios) and self.ratios[i] <= 1 + _EPS:
+            i += 1
+        if i >= len(self.ratios) or self.best_after[i] < after_p - _EPS:
+            return []
+        return [a for a, after in self.rows[i:] if after >= after_p - _EPS
+                and a != ppos.account]
 
 
-def is_starved(now: int, job: WaitingJob, pos: AllocationPosition | None,
-               free: Mapping[str, int], cfg: ContractsConfig) -> bool:
+def _eligible(now: int, job: WaitingJob, pos: AllocationPosition | None,
+              cfg: ContractsConfig) -> bool:
     """An allocated job of an under-served allocation that has waited long enough for a
-    reason freed GPUs can end, and cannot start on the GPUs free now."""
+    reason freed GPUs can end."""
     if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
         return False
     ratio = effective_ratio(pos)
     if ratio is None or ratio >= 1 - _EPS:  # exactly served, up to float noise
         return False
-    if now - job.submit < cfg.preempt_after_wait_s or not starving_reason(job.reason):
-        return False
-    return _free_for(job, free) < job.gpus
+    return now - job.submit >= cfg.preempt_after_wait_s and starving_reason(job.reason)
+
+
+def is_starved(now: int, job: WaitingJob, pos: AllocationPosition | None,
+               nodes: NodeMap, cfg: ContractsConfig) -> bool:
+    """An eligible job (``_eligible``) that cannot be placed on the room ``nodes`` have
+    now (``{}``: no room anywhere)."""
+    return _eligible(now, job, pos, cfg) and not fits_now(job.gpus, job.gpu_types, nodes)
 
 
 def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
@@ -217,35 +261,41 @@ def _shift(positions: dict[str, AllocationPosition], account: str, delta: float)
     positions[account] = replace(pos, running_billing_gpus=pos.running_billing_gpus + delta)
 
 
-def _option(now: int, job: WaitingJob, gpu_type: str, *, running: Sequence[RunningJob],
-            ledger: PreemptionLedger, state: _State, cfg: ContractsConfig) -> _Option | None:
-    """Victims of ``gpu_type`` that free enough for ``job``: most over-served allocation
-    first, youngest first; None unless the need is fully covered within the budget."""
-    short = job.gpus - state.free.get(gpu_type, 0)
-    positions = dict(state.positions)
-    pool = [r for r in running if r.gpu_type == gpu_type and r.job_id not in state.taken
-            and r.account in positions]
-    pool.sort(key=lambda r: (-(positions[r.account].ratio or 0.0), r.account, -r.start,
-                             -r.job_id))
-    chosen: list[RunningJob] = []
-    freed = 0
-    for victim in pool:
-        if freed >= short:
-            break
-        if victim_blocker(now, victim, job, positions=positions, ledger=ledger,
-                          cfg=cfg) is not None:
-            continue
-        if freed + victim.gpus > state.budget_left:
-            continue
-        chosen.append(victim)
-        freed += victim.gpus
-        _shift(positions, victim.account, -victim.billing_gpus)
-    return _Option(gpu_type, tuple(chosen)) if freed >= short else None
+def _option(now: int, job: WaitingJob, *, ledger: PreemptionLedger, state: _State,
+            cfg: ContractsConfig) -> Placement | None:
+    """Where ``job`` would start after the requeues that lose the fewest GPU-hours, each
+    victim allowed by ``victim_blocker`` and all of them together by the loop-free rule
+    on the victims' final shares; None unless a placement is completed within budget."""
+    positions = state.positions
+    ppos = positions[job.account]
+    accounts = state.accounts.allowed(ppos, job.billing_gpus, cfg)
+    if accounts == []:
+        return None
+    allowed = set(accounts)
+    verdicts: dict[int, bool] = {}
+
+    def can_take(victim: RunningJob) -> bool:
+        got = verdicts.get(victim.job_id)
+        if got is None:
+            got = victim.account in allowed and victim_blocker(
+                now, victim, job, positions=positions, ledger=ledger, cfg=cfg) is None
+            verdicts[victim.job_id] = got
+        return got
+
+    def set_ok(victims: Sequence[RunningJob]) -> bool:
+        billing: dict[str, float] = {}
+        for v in victims:
+            billing[v.account] = billing.get(v.account, 0.0) + v.billing_gpus
+        return all(loop_free(ppos, job.billing_gpus, positions[a], b) for a, b in billing.items())
+
+    return state.planner.best(job.gpus, job.gpu_types, can_take=can_take, set_ok=set_ok,
+                              budget=state.budget_left, only=state.planner.nodes_of(allowed))
 
 
 def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
               before: Mapping[str, AllocationPosition], after: Mapping[str, AllocationPosition],
-              opt: _Option, state: _State, cfg: ContractsConfig) -> Requeue:
+              opt: Placement, free_before: int, state: _State,
+              cfg: ContractsConfig) -> Requeue:
     vb, va = before[victim.account], after[victim.account]
     pb, pa = before[job.account], after[job.account]
     guard = protected_s(victim, cfg)
@@ -262,7 +312,8 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
         "waited_s": now - job.submit, "ran_s": victim.ran_s(now), "protected_s": guard,
         "gpu_type": opt.gpu_type, "victim_billing_gpus": victim.billing_gpus,
         "for_billing_gpus": job.billing_gpus, "for_gpus": job.gpus,
-        "free_gpus_before": state.free.get(opt.gpu_type, 0), "plan_gpus": opt.gpus,
+        "nodes": list(opt.nodes), "free_gpus_before": free_before, "plan_gpus": opt.gpus,
+        "lost_gpu_h": round(opt.lost_gpu_h, 3),
         "budget_left_before": state.budget_left, "min_gap": cfg.preempt_min_gap,
     }
     return Requeue(victim=victim.job_id, for_job=job.job_id, victim_account=victim.account,
@@ -272,39 +323,61 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
 def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per input)
         now: int, running: Sequence[RunningJob], waiting: Sequence[WaitingJob],
         positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
-        free_gpus: Mapping[str, int], total_gpus: int, cfg: ContractsConfig) -> list[Requeue]:
+        nodes: NodeMap, total_gpus: int, cfg: ContractsConfig) -> list[Requeue]:
     """Requeues that let starved jobs start, in scheduling order, within the budget.
 
-    Each starved job is served on one GPU type (the option requeuing the fewest GPUs,
-    then the fewest jobs, then the type name) or not at all; a job the budget cannot
-    cover is skipped and the next starved job is considered. Positions, free GPUs and
-    the budget are updated after each job so that later decisions see the new shares.
+    ``nodes`` is the room node by node (``placement.node_slots`` over every running job);
+    ``running`` the jobs that may be victims. A job that can be placed now is not
+    starved; a starved one is served by the placement whose victims lose the fewest
+    GPU-hours, or not at all (then the next starved job is considered). Positions, the
+    room and the budget are updated after each job so that later decisions see them.
     """
-    state = _State(positions=dict(positions), free=dict(free_gpus), taken=set(),
-                   budget_left=preemption_budget_left(now, ledger, total_gpus, cfg))
+    budget_left = preemption_budget_left(now, ledger, total_gpus, cfg)
+    if budget_left <= 0:
+        return []
+    # Only jobs requeueable for someone: blocked for the most deserving preemptor there
+    # can be (ratio 0, nothing running, needing nothing, any type) is blocked for all.
+    probe = WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
+                       gpu_types=frozenset(), billing_gpus=0.0, submit=now,
+                       reason="Resources", order=-1)
+    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
+    pool = [r for r in running if victim_blocker(now, r, probe, positions=with_probe,
+                                                 ledger=ledger, cfg=cfg) is None]
+    # equally costly victims: the most over-served allocation's first
+    planner = Planner(now, nodes, pool,
+                      prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))
+                      else 0.0)
+    state = _State(positions=dict(positions), planner=planner, budget_left=budget_left,
+                   accounts=_VictimAccounts(pool))
+    state.accounts.refresh(state.positions)
     out: list[Requeue] = []
+    # (account, GPUs, types, billing) -> the planner version it found nothing at
+    failed: dict[tuple[str, int, frozenset[str], float], int] = {}
     for job in sorted(waiting, key=lambda w: (w.order, w.job_id)):
         if state.budget_left <= 0:
             break
         pos = state.positions.get(job.account)
-        if not is_starved(now, job, pos, state.free, cfg):
+        if not _eligible(now, job, pos, cfg) or planner.fits(job.gpus, job.gpu_types):
             continue
-        types = sorted({r.gpu_type for r in running if job.accepts(r.gpu_type)
-                        and r.gpu_type is not None})
-        options = [o for t in types
-                   if (o := _option(now, job, t, running=running, ledger=ledger, state=state,
-                                    cfg=cfg)) is not None]
-        if not options:
+        if planner.least_requeue(job.gpus, job.gpu_types) > state.budget_left:
             continue
-        best = min(options, key=lambda o: (o.gpus, len(o.victims), o.gpu_type))
+        same = (job.account, job.gpus, job.gpu_types, job.billing_gpus)
+        if failed.get(same) == planner.version:
+            continue  # the same question as a job before it, and nothing has changed
+        best = _option(now, job, ledger=ledger, state=state, cfg=cfg)
+        if best is None:
+            failed[same] = planner.version
+            continue
+        free_before = sum(planner.free[n] for n in best.nodes)
         before = dict(state.positions)
         for victim in best.victims:
             _shift(state.positions, victim.account, -victim.billing_gpus)
         _shift(state.positions, job.account, job.billing_gpus)
         out.extend(_describe(now, v, job, before=before, after=state.positions, opt=best,
-                             state=state, cfg=cfg) for v in best.victims)
-        state.taken.update(v.job_id for v in best.victims)
-        state.free[best.gpu_type] = state.free.get(best.gpu_type, 0) + best.gpus - job.gpus
+                             free_before=free_before, state=state, cfg=cfg)
+                   for v in best.victims)
+        planner.commit(best, job.gpus)
+        state.accounts.refresh(state.positions)
         state.budget_left -= best.gpus
     return out
 

@@ -35,6 +35,7 @@ from slurm_ml.policy.contracts import (
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.sim import state as es
+from slurm_ml.sim.room import placement_nodes
 from slurm_ml.sim.state import Key, SimState, Task
 
 FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT = (
@@ -191,7 +192,8 @@ class Budget(Policy):
         ledger = st.preemption_ledger()
         free = es.free_gpus(st)
         victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)
-        requeues = contracts.plan_requeues(now, victims, starved, pos, ledger, free,
+        requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
+                                           placement_nodes(st, running),
                                            st.cluster.total, cfg.policy.contracts)
         decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
                                        waiting=tuple(waiting), running=tuple(running),

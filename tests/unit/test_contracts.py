@@ -25,6 +25,7 @@ from slurm_ml.policy.contracts import (
     starving_reason,
     victim_blocker,
 )
+from slurm_ml.policy.placement import NodeSlot, NodeSpec, node_slots
 
 NOW = 1_800_000_000
 H = 3600
@@ -64,14 +65,35 @@ VISION = pos("vision", 0.5, 0.42, 0.0)
 BASE_RUNNING = [run(1, ran=10 * H), run(2, ran=11 * H), run(3, ran=12 * H)]
 
 
+def layout(running: list[RunningJob], free: dict[str, int] | None = None,
+           sizes: dict[str, int] | None = None, leaves: dict[str, str] | None = None,
+           ) -> dict[str, NodeSlot]:
+    """Each node the running jobs name, as big as what they hold there (or ``sizes``),
+    plus one idle node per type of ``free``, with that many GPUs."""
+    specs: dict[str, NodeSpec] = {}
+    held: dict[str, int] = {}
+    for r in running:
+        for n in r.nodes:
+            held[n] = held.get(n, 0) + r.gpus // len(r.nodes)
+            if r.gpu_type is not None:
+                specs[n] = NodeSpec(n, r.gpu_type, "leaf1", 0)
+    for t, k in (free or {}).items():
+        if k > 0:
+            specs[f"idle-{t}"] = NodeSpec(f"idle-{t}", t, "leaf1", k)
+    specs = {n: replace(s, gpus=(sizes or {}).get(n, s.gpus or held.get(n, 0)),
+                        leaf=(leaves or {}).get(n, s.leaf)) for n, s in specs.items()}
+    return node_slots(specs.values(), running)
+
+
 def plan(running: list[RunningJob] | None = None, waiting: list[WaitingJob] | None = None,
          pos_map: dict[str, AllocationPosition] | None = None, *,
          ledger: PreemptionLedger = EMPTY, free: dict[str, int] | None = None,
-         total: int = BIG, cfg: ContractsConfig = CFG, now: int = NOW) -> list[Requeue]:
-    return plan_requeues(now, BASE_RUNNING if running is None else running,
-                         [wait()] if waiting is None else waiting,
+         total: int = BIG, cfg: ContractsConfig = CFG, now: int = NOW,
+         nodes: dict[str, NodeSlot] | None = None) -> list[Requeue]:
+    running = BASE_RUNNING if running is None else running
+    return plan_requeues(now, running, [wait()] if waiting is None else waiting,
                          positions(NLP, VISION) if pos_map is None else pos_map, ledger,
-                         {"a100": 0} if free is None else free, total, cfg)
+                         layout(running, free) if nodes is None else nodes, total, cfg)
 
 
 # --------------------------------------------------------------------------- starved
@@ -80,11 +102,12 @@ def plan(running: list[RunningJob] | None = None, waiting: list[WaitingJob] | No
 STARVED = [
     ("resources", wait(), None, None, True),
     ("priority", wait(reason="Priority"), None, None, True),
+    # nodes down, drained or reserved: freeing GPUs elsewhere does not start it
     ("req-node-not-avail-with-nodes",
-     wait(reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-02]"), None, None, True),
+     wait(reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-02]"), None, None, False),
     ("long-form-nodes-required",
      wait(reason="Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_"
-                 "priority_partitions"), None, None, True),
+                 "priority_partitions"), None, None, False),
     ("maintenance-reservation-is-not-starvation",
      wait(reason="ReqNodeNotAvail, Reserved for maintenance"), None, None, False),
     ("dependency", wait(reason="Dependency"), None, None, False),
@@ -126,9 +149,9 @@ def test_only_starved_jobs_trigger_a_requeue(job: WaitingJob,
 
 
 @pytest.mark.parametrize(("reason", "starving"), [
-    ("Resources", True), (" Priority ", True), ("ReqNodeNotAvail", True),
+    ("Resources", True), (" Priority ", True), ("ReqNodeNotAvail", False),
     ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
-     "partitions", True),
+     "partitions", False),
     ("ReqNodeNotAvail, Reserved for maintenance", False), ("Reservation", False),
     ("Licenses", False), ("PartitionDown", False), ("", False),
 ], ids=["resources", "padded", "req-node", "spaced-long-form", "maintenance", "reservation",
@@ -252,15 +275,21 @@ def test_the_youngest_job_goes_first() -> None:
     assert [r.victim for r in out] == [2]
 
 
-@pytest.mark.parametrize(("free", "victims"), [
-    (0, [2, 1]), (4, [2]), (6, [2]),
-], ids=["two-needed", "free-gpus-count", "free-gpus-cover-the-rest"])
-def test_victims_are_taken_until_the_need_is_covered(free: int, victims: list[int]) -> None:
-    running = [run(1, gpus=4, ran=10 * H), run(2, gpus=4, ran=9 * H), run(3, gpus=4, ran=11 * H)]
+@pytest.mark.parametrize(("on_n1", "victims"), [
+    ([1, 2], [2, 1]), ([2], [2]),
+], ids=["two-needed", "free-gpus-on-the-node-count"])
+def test_victims_are_taken_until_the_node_is_complete(on_n1: list[int],
+                                                      victims: list[int]) -> None:
+    # n1 has 8 GPUs: jobs 1 and 2 hold 4 each, or job 2 holds 4 and 4 are free; job 3
+    # holds 4 of n2, whose other 4 GPUs job 4 (not resumable) holds
+    running = [run(j, gpus=4, ran=(11 - j) * H) for j in on_n1]
+    running = [replace(r, nodes=("n1",)) for r in running]
+    running += [replace(run(3, gpus=4, ran=8 * H), nodes=("n2",)),
+                replace(run(4, gpus=4, requeue=False), nodes=("n2",))]
 
-    out = plan(running, [wait(gpus=8)], free={"a100": free})
+    out = plan(running, [wait(gpus=8)], nodes=layout(running, sizes={"n1": 8}))
 
-    assert [r.victim for r in out] == victims
+    assert sorted(r.victim for r in out) == sorted(victims)
 
 
 def test_nothing_happens_unless_the_need_is_fully_covered() -> None:
@@ -275,13 +304,18 @@ def test_victims_come_from_one_gpu_type() -> None:
     assert plan(running, [wait(gpus=8)], free={"a100": 0, "h100": 0}) == []
 
 
-def test_the_type_needing_the_fewest_requeued_gpus_wins() -> None:
+def test_the_placement_losing_the_fewest_gpu_hours_wins_across_types() -> None:
+    # a100 node n1: job 1, 8 GPUs for 9 h (72 GPU-h); h100 node h1: job 2, 4 GPUs for
+    # 10 h (40 GPU-h) and 4 GPUs free
     running = [run(1, gpus=8, gpu_type="a100", ran=9 * H),
-               run(2, gpus=4, gpu_type="h100", ran=10 * H)]
+               replace(run(2, gpus=4, gpu_type="h100", ran=10 * H), nodes=("h1",))]
 
-    out = plan(running, [wait(gpus=8)], free={"a100": 0, "h100": 4})
+    out = plan(running, [wait(gpus=8)], nodes=layout(running, sizes={"h1": 8}))
 
-    assert [(r.victim, r.details["gpu_type"]) for r in out] == [(2, "h100")]
+    assert [(r.victim, r.details["gpu_type"], r.details["nodes"]) for r in out] == [
+        (2, "h100", ["h1"])]
+    assert out[0].details["lost_gpu_h"] == 40.0
+    assert out[0].details["free_gpus_before"] == 4
 
 
 def test_a_victim_that_breaks_the_loop_free_rule_is_skipped_for_a_smaller_one() -> None:

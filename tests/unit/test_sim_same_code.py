@@ -26,6 +26,7 @@ from slurm_ml.model import ALLOC_QOS, GpuRequest, Job, JobState, JobUsage
 from slurm_ml.policy import contracts, fairshare
 from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger
+from slurm_ml.policy.placement import NodeSpec, node_slots
 from slurm_ml.sim import policies
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
 from slurm_ml.sim.policies import BudgetCycleDecision
@@ -95,14 +96,18 @@ def test_narrowing_keeps_a_job_that_starves_only_once_the_free_gpus_are_promised
     now = 1_700_000_000
     cfg = dataclasses.replace(contract_cfg().policy.contracts, preempt_cap_fraction=1.0,
                               preempt_after_wait_s=0.0)
+    # 8-GPU nodes: m1 holds jobs 1-3 and has 2 GPUs free, m2 jobs 4-7; m3 (2 GPUs) job 8
+    home = {i: "m1" if i <= 3 else "m2" if i <= 7 else "m3" for i in range(1, 9)}
     running = [running_job(i, start=now - 7200 - i, name=f"r{i}", account="x", user="ux",
-                           gpus=2, gpu_type="t", time_min_s=600) for i in range(1, 9)]
+                           gpus=2, gpu_type="t", time_min_s=600, nodes=(home[i],))
+               for i in range(1, 9)]
     waiting = [waiting_job(100 + n, submit=now - 3600, account="y", user="uy", gpus=gpus, order=n)
                for n, gpus in enumerate((4, 1))]
     positions = {"x": AllocationPosition("x", 0.5, 2.0, 16.0),
                  "y": AllocationPosition("y", 0.5, 0.0, 0.0)}
     ledger = PreemptionLedger(last_requeue={}, recent=[])
-    free = {"t": 2}
+    free = node_slots([NodeSpec("m1", "t", "l1", 8), NodeSpec("m2", "t", "l1", 8),
+                       NodeSpec("m3", "t", "l1", 2)], running)
     whole = contracts.plan_requeues(now, running, waiting, positions, ledger, free, 18, cfg)
     assert [(r.victim, r.for_job) for r in whole] == [(1, 100), (2, 101)]
     victims, starved = policies.narrow(now, running, waiting, positions, ledger, cfg)

@@ -6,6 +6,9 @@ requeues free (unallocated, uncharged) work to start allocated work. This is wha
 unallocated work cheap to admit. Victims are chosen like Slurm's preempt/qos does in
 spirit: only on nodes the job could use, the fewest GPUs taken away, youngest runs first
 (least work lost). The victims' GraceTime is not modelled: they stop at once.
+
+The contracts' requeues (``policy.contracts.plan_requeues``) plan room node by node on
+``sim.room.placement_nodes``, the same planner the daemon runs on what slurmctld reports.
 """
 
 from __future__ import annotations
@@ -86,4 +89,3 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
 
 def _held_on(task: Task, node: int) -> int:
     return sum(g for n, g in task.alloc if n == node)
-
