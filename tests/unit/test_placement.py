@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from builders import running_job, waiting_job
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_ml.config import ContractsConfig
 from slurm_ml.model import ALLOC_QOS, FREE_QOS, Node
@@ -294,3 +296,58 @@ def test_the_simulator_and_the_daemon_requeue_the_same_jobs_to_complete_a_node(
         if record.t_s > 4 * 3600:
             break
     assert compared == 1  # one cycle requeued both, and the daemon agreed
+
+
+# --------------------------------------------------------------------------- property
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeSpec], list[RunningJob], WaitingJob]:
+    """Up to six nodes of 4 or 8 GPUs over two leaves, jobs packed onto them, one job
+    waiting for 1 to 16 GPUs."""
+    specs = [spec(f"n{i}", draw(st.sampled_from(["leaf1", "leaf2"])),
+                  draw(st.sampled_from([4, 8])), draw(st.booleans()) or draw(st.booleans()))
+             for i in range(draw(st.integers(1, 6)))]
+    running: list[RunningJob] = []
+    job_id = 1
+    for s in specs:
+        left = s.gpus
+        while left and draw(st.booleans()):
+            g = draw(st.integers(1, left))
+            running.append(run(job_id, (s.name,), g, ran=draw(st.integers(2, 20)) * H,
+                               requeue=draw(st.booleans()),
+                               qos=draw(st.sampled_from([ALLOC_QOS, ALLOC_QOS, FREE_QOS]))))
+            job_id += 1
+            left -= g
+    return specs, running, wait(draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_every_requeue_lets_the_starved_job_start_and_none_happens_otherwise(
+        scenario: tuple[list[NodeSpec], list[RunningJob], WaitingJob]) -> None:
+    specs, running, job = scenario
+    before = node_slots(specs, running)
+
+    out = plan(specs, running, [job])
+
+    victims = {r.victim for r in out}
+    after = node_slots(specs, [r for r in running if r.job_id not in victims])
+    if fits_now(job.gpus, job.gpu_types, before):
+        assert out == []  # not starved
+    elif out:  # the requeues make room for it, on the nodes they name
+        assert fits_now(job.gpus, job.gpu_types, after)
+        nodes = set(out[0].details["nodes"])  # type: ignore[arg-type]
+        assert fits_now(job.gpus, job.gpu_types,
+                        {n: s for n, s in after.items() if n in nodes})
+        assert len({spec.leaf for spec in specs if spec.name in nodes}) == 1
+    else:  # no requeue: no set of requeueable jobs would have made room
+        movable = [r for r in running if r.requeue and r.qos == ALLOC_QOS]
+        everything = node_slots(specs, [r for r in running if r not in movable])
+        one_leaf = [{n: s for n, s in everything.items() if s.spec.leaf == leaf}
+                    for leaf in ("leaf1", "leaf2")]
+        single = job.gpus <= max(s.gpus for s in specs)
+        if single:
+            assert not fits_now(job.gpus, job.gpu_types, everything)
+        else:
+            assert not any(fits_now(job.gpus, job.gpu_types, room) for room in one_leaf)
