@@ -226,6 +226,7 @@ class JobUsage:
     start: int | None = None
     end: int | None = None
     submit: int | None = None
+    nodes: str = ""  # sacct NodeList (a host list); "" where the read did not ask for it
 
     @property
     def gpus(self) -> float:

@@ -159,7 +159,8 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     """Per budget-tree node over the window: budget share, owed, delivered, their ratio,
     pending demand (and, apart, pending GPUs that wait for something other than GPUs:
     holds, dependencies, limits, per reason), allocated vs unallocated GPU-hours and the
-    mean GPU utilisation of the delivered hours, then the scheduling order of associations
+    mean GPU utilisation of the delivered hours, the GPU-hours refunded for runs a
+    slurm-ml drain ended (with the database), then the scheduling order of associations
     with pending work.
 
     Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history); 2 bad config.
@@ -167,7 +168,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     from datetime import UTC, datetime
 
     from slurm_ml.daemon import report, views
-    from slurm_ml.daemon.observe import observe
+    from slurm_ml.daemon.observe import observe, with_fault_drains
     from slurm_ml.daemon.plan import current_fair_share
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
@@ -179,14 +180,15 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
         obs = observe(cfg, _slurm(cfg), None, now)
     except SlurmError as exc:
         fail(f"cannot read Slurm: {exc}")
-    fair = current_fair_share(cfg, obs)
     util: dict[str, float] = {}
     snapshots: list[Any] = []
     target = _dsn(cfg, dsn)
+    window_start = now - int(cfg.policy.fairshare.window_hours * 3600)
     if target:
         store = _store(cfg, target)
         try:
-            since = datetime.fromtimestamp(fair.window_start, UTC)
+            since = datetime.fromtimestamp(window_start, UTC)
+            obs = with_fault_drains(cfg, store, obs)  # fault refunds, as the daemon has them
             util = report.utilisation_by_account(store.job_gpu_stats_since(since))
             if plot_path:
                 snapshots = store.budget_snapshots(since=since)
@@ -195,7 +197,9 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
                        "or history", err=True)
         finally:
             store.close()
-    data = report.budget_json(fair, util, views.excluded_pending(cfg, obs.jobs))
+    refunds = views.run_refunds(cfg, obs.usage, obs.drains)
+    fair = current_fair_share(cfg, obs, refunds)
+    data = report.budget_json(fair, util, views.excluded_pending(cfg, obs.jobs), refunds)
     emit(data, as_json, report.budget_text(data))
     if plot_path:
         from slurm_ml.daemon.plot import plot_budget

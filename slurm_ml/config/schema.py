@@ -84,6 +84,9 @@ class FairshareConfig:
     short_job_boost: int = knob(250, ge(0))
     short_job_min_runtime_min: float = knob(15.0, ge(0))
     short_job_time_limit_min: float = knob(60.0, ge(0))
+    # Fault refunds: a run that ended (not COMPLETED) within this many seconds of
+    # slurm-ml draining one of its nodes is not charged (slurm_ml.policy.refunds).
+    refund_slack_s: float = knob(300.0, ge(0))
 
     def top_band(self, ranks: int) -> int:
         """The SiteFactor band of rank 1 among ``ranks``: every lower rank is a step less,

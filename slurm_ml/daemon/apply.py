@@ -272,6 +272,8 @@ class Applier:
             self.slurm.drain_node(a.node, a.reason)
         elif a.kind == "fix_runaway":
             return {"fixed": self.slurm.fix_runaway_jobs()}
+        elif a.kind == "refund":
+            return dict(a.details)  # nothing to do in Slurm: the record is the refund
         elif a.kind == "warn":
             self._tell(a)
         else:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from slurm_ml.config import Config
+from slurm_ml.daemon import views
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.policy.reclaim import ORPHAN_CHECK
+from slurm_ml.policy.refunds import FaultDrain
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
@@ -41,10 +43,24 @@ class Observation:
     samples: Mapping[int, tuple[UtilSample, ...]]  # running jobs' GPU samples, by job
     history: tuple[ReconcilerDecision, ...]  # its own applied decisions (requeues, warnings)
     orphans: tuple[HealthEvent, ...]
+    #: fault refunds: slurm-ml's drains in the window, and the refunds already recorded
+    drains: tuple[FaultDrain, ...] = ()
+    refunded: frozenset[str] = frozenset()  # keys of the refund decisions already applied
 
 
 def _at(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
+
+
+def with_fault_drains(cfg: Config, store: Store, obs: Observation) -> Observation:
+    """``obs`` with the window's slurm-ml drains and recorded refunds (fault refunds:
+    ``budget status`` reads them too, so that it charges what the daemon charges)."""
+    since = _at(obs.now - int(cfg.policy.fairshare.window_hours * 3600))
+    drains = tuple(views.fault_drains(e for e in store.audit_entries(since=since)
+                                      if e.action == "drain"))
+    done = frozenset(d.idempotency_key for d in store.decisions_since(since, kinds=["refund"])
+                     if not d.dry_run) if drains else frozenset()
+    return replace(obs, drains=drains, refunded=done)
 
 
 def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> Observation:
@@ -79,5 +95,6 @@ def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> O
                     if not d.dry_run)
     orphans = tuple(store.health_events_since(
         _at(now - cfg.policy.reclaim.orphan_lookback_s), check_ids=[ORPHAN_CHECK]))
-    return Observation(now, jobs, nodes, usage, runaway,
-                       {k: tuple(v) for k, v in samples.items()}, history, orphans)
+    obs = Observation(now, jobs, nodes, usage, runaway,
+                      {k: tuple(v) for k, v in samples.items()}, history, orphans)
+    return with_fault_drains(cfg, store, obs)

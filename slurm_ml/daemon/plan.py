@@ -7,7 +7,7 @@ crash and restart, has the same key and is applied at most once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ from slurm_ml.policy.reclaim import (
     zombie_status,
     zombie_verdicts,
 )
+from slurm_ml.policy.refunds import Refund
 from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, UtilSample, derive_key
 
 #: Decision kinds that requeued a job (cooldown and the cluster cap count both).
@@ -103,11 +104,37 @@ def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
     return tuple(out)
 
 
-def current_fair_share(cfg: Config, obs: Observation) -> FairShare:
-    """The window's fair share, ranking the associations that have jobs pending now."""
+def current_fair_share(cfg: Config, obs: Observation,
+                       refunds: Sequence[Refund] | None = None) -> FairShare:
+    """The window's fair share, ranking the associations that have jobs pending now;
+    runs a slurm-ml drain ended (``refunds``, else :func:`views.run_refunds`) uncharged."""
     pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
-    return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage), obs.now,
+    if refunds is None:
+        refunds = views.run_refunds(cfg, obs.usage, obs.drains)
+    uncharged = {(r.job_id, r.start) for r in refunds}
+    return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage, uncharged), obs.now,
                       pending_assocs={(p.account, p.user) for p in pending})
+
+
+def refund_actions(refunds: Sequence[Refund], done: Collection[str]) -> list[Action]:
+    """One ``refund`` record per refunded run, keyed by the run and its drain, so that the
+    audit log holds each refund once; those already recorded (``done``) are not planned."""
+    out = []
+    for r in refunds:
+        key = derive_key("daemon.refund", r.job_id, r.start, r.drain.key)
+        if key in done:
+            continue
+        out.append(Action(
+            kind="refund", decision="refund", key=key, job_id=r.job_id, reason=r.why,
+            details={"account": r.account, "user": r.user, "start": r.start, "end": r.end,
+                     "state": r.state.value, "route": r.route,
+                     "gpu_hours": round(r.gpu_hours, 4),
+                     "billing_gpu_hours": round(r.billing_gpu_hours, 4),
+                     "drain": {"key": r.drain.key, "node": r.drain.node, "at": r.drain.at,
+                               "hook": r.drain.hook, "job_id": r.drain.job_id,
+                               "findings": list(r.drain.checks),
+                               "reason": r.drain.reason}}))
+    return out
 
 
 def zombie_status_of(cfg: Config, jobs: Sequence[Job], samples: Sequence[UtilSample],
@@ -127,7 +154,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     now = obs.now
     jobs = obs.jobs
     pending = views.pending_jobs(jobs, cfg.policy.fairshare)
-    fair = current_fair_share(cfg, obs)
+    refunds = views.run_refunds(cfg, obs.usage, obs.drains)
+    fair = current_fair_share(cfg, obs, refunds)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     # None: sprio does not list the job (held, dependency, begin time, a requeued job's
@@ -136,7 +164,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     changed = {job: v for job, v in targets.items()
                if current.get(job) is not None and current.get(job) != v}
 
-    actions: list[Action] = []
+    actions: list[Action] = refund_actions(refunds, obs.refunded)
     if obs.runaway and cfg.policy.reclaim.fix_runaway:
         ids = sorted(obs.runaway)
         actions.append(Action(

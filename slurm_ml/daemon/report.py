@@ -17,6 +17,7 @@ from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
 from slurm_ml.policy.pending import ExcludedPending
 from slurm_ml.policy.reclaim import ZombieStatus
+from slurm_ml.policy.refunds import Refund
 from slurm_ml.store.records import JobGpuStats, ReconcilerDecision
 
 
@@ -64,11 +65,24 @@ def _excluded_of(s: Standing, by_assoc: Mapping[tuple[str, str], Sequence[Exclud
     return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
+def _refunded_of(s: Standing, refunds: Sequence[Refund],
+                 projects: Mapping[tuple[str, ...], str]) -> tuple[float, float]:
+    """(GPU-hours, billing GPU-hours) refunded under a tree node (fault refunds)."""
+    if s.kind == "user":
+        mine = [r for r in refunds if (r.account, r.user) == (s.account, s.user)]
+    else:
+        under = {a for p, a in projects.items() if p[:len(s.path)] == s.path}
+        mine = [r for r in refunds if r.account in under]
+    return sum(r.gpu_hours for r in mine), sum(r.billing_gpu_hours for r in mine)
+
+
 def budget_rows(fair: FairShare, util: Mapping[str, float],
-                excluded: Sequence[ExcludedPending] = ()) -> list[dict[str, Any]]:
+                excluded: Sequence[ExcludedPending] = (),
+                refunds: Sequence[Refund] = ()) -> list[dict[str, Any]]:
     """One row per tree node, depth-first, with the numbers ``budget status`` shows.
     ``pending_gpus`` is the demand counted; ``excluded_pending_gpus`` the pending billing
-    GPUs that wait for something other than GPUs (per reason in ``excluded_pending``)."""
+    GPUs that wait for something other than GPUs (per reason in ``excluded_pending``);
+    ``refunded_gpu_hours`` the hours of runs a slurm-ml drain ended, not in delivered."""
     projects = {s.path: s.account for s in fair.standings if s.kind == "project"}
     by_assoc: dict[tuple[str, str], list[ExcludedPending]] = {}
     for e in excluded:
@@ -86,6 +100,9 @@ def budget_rows(fair: FairShare, util: Mapping[str, float],
             "mean_gpu_util_pct": _num(_util_of(s, util, fair), 1),
             "excluded_pending_gpus": _num(sum(ex.values())), "excluded_pending": ex,
         })
+        hours, billing = _refunded_of(s, refunds, projects) if refunds else (0.0, 0.0)
+        rows[-1]["refunded_gpu_hours"] = _num(hours)
+        rows[-1]["refunded_billing_gpu_hours"] = _num(billing)
     return rows
 
 
@@ -98,11 +115,22 @@ def ranking(fair: FairShare) -> list[dict[str, Any]]:
 
 
 def budget_json(fair: FairShare, util: Mapping[str, float],
-                excluded: Sequence[ExcludedPending] = ()) -> dict[str, Any]:
-    """``excluded``: pending jobs that are not demand (``views.excluded_pending``)."""
+                excluded: Sequence[ExcludedPending] = (),
+                refunds: Sequence[Refund] = ()) -> dict[str, Any]:
+    """``excluded``: pending jobs that are not demand (``views.excluded_pending``);
+    ``refunds``: runs a slurm-ml drain ended, left uncharged (``views.run_refunds``)."""
     return {"window_start": fair.window_start, "window_end": fair.window_end,
             "capacity_billing_gpus": fair.capacity,
-            "nodes": budget_rows(fair, util, excluded), "ranking": ranking(fair),
+            "nodes": budget_rows(fair, util, excluded, refunds), "ranking": ranking(fair),
+            "refunds": [{"job_id": r.job_id, "account": r.account, "user": r.user,
+                         "start": r.start, "end": r.end, "state": r.state.value,
+                         "route": r.route, "gpu_hours": _num(r.gpu_hours),
+                         "billing_gpu_hours": _num(r.billing_gpu_hours),
+                         "drain": {"key": r.drain.key, "node": r.drain.node,
+                                   "at": r.drain.at, "hook": r.drain.hook,
+                                   "job_id": r.drain.job_id,
+                                   "findings": list(r.drain.checks)},
+                         "why": r.why} for r in refunds],
             "excluded_pending": [
                 {"account": e.account, "user": e.user, "reason": e.reason,
                  "wait": e.wait.value, "jobs": e.jobs, "gpus": e.gpus,
@@ -119,7 +147,7 @@ def budget_text(data: Mapping[str, Any]) -> str:
     head = (f"Budget window {start} .. {end}; capacity {data['capacity_billing_gpus']:.1f} "
             f"billing GPUs. GPU-hours are billing-weighted.")
     cols = ("node", "share", "owed", "delivered", "del/owed", "pending", "not-demand",
-            "unalloc", "util%", "rank")
+            "unalloc", "refunded", "util%", "rank")
     rows = []
     for r in data["nodes"]:
         depth = r["path"].count("/")
@@ -128,7 +156,9 @@ def budget_text(data: Mapping[str, Any]) -> str:
                      _cell(r["owed_gpu_hours"]), _cell(r["delivered_gpu_hours"]),
                      _cell(r["ratio"], "{:.2f}"), _cell(r["pending_gpus"], "{:.0f}"),
                      _cell(r.get("excluded_pending_gpus") or None, "{:.0f}"),
-                     _cell(r["unallocated_gpu_hours"]), _cell(r["mean_gpu_util_pct"]),
+                     _cell(r["unallocated_gpu_hours"]),
+                     _cell(r.get("refunded_billing_gpu_hours") or None),
+                     _cell(r["mean_gpu_util_pct"]),
                      _cell(r["rank"], "{}")))
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     lines = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -154,6 +184,9 @@ def budget_text(data: Mapping[str, Any]) -> str:
                          f"a dependency, a begin time, a limit or unavailable nodes, not for "
                          f"GPUs, so they are neither owed nor ranked. Release or fix them "
                          f"to count.")
+    for f in data.get("refunds") or []:
+        lines.append(f"note: refunded {f['billing_gpu_hours']:.1f} GPU-hours to "
+                     f"{f['account']}: {f['why']}.")
     return "\n".join(lines)
 
 

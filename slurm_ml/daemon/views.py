@@ -8,7 +8,7 @@ gives the type; GPUs accounted only as untyped ``gres/gpu`` are billed at weight
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
@@ -22,7 +22,8 @@ from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
-from slurm_ml.store.records import HealthEvent, UtilSample
+from slurm_ml.policy.refunds import FaultDrain, Refund, refunds
+from slurm_ml.store.records import AuditEntry, HealthEvent, UtilSample
 
 
 def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
@@ -93,12 +94,21 @@ def job_billing_gpus(cfg: Config, job: Job, gpu_type: str | None = None,
     return job.total_gpus * (max(weights) if weights else 1.0)
 
 
-def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> list[Footprint]:
+def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage],
+               refunded: Collection[tuple[int, int]] = ()) -> list[Footprint]:
     """The window's allocations (from slurmdbd) plus the jobs pending now (from slurmctld)
-    that wait for GPUs: a held, dependent or limit-blocked job is no demand."""
+    that wait for GPUs: a held, dependent or limit-blocked job is no demand.
+
+    ``refunded``: (job id, start) of runs a fault ended (:func:`run_refunds`): they
+    delivered nothing, though the team asked for GPUs all the same (demand stays)."""
     out = [Footprint(job_id=u.job_id, account=u.account, user=u.user,
                      billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
                      pending_from=u.submit, run_from=u.start, until=u.end)
+           if (u.job_id, u.start) not in refunded else
+           Footprint(job_id=u.job_id, account=u.account, user=u.user,
+                     billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
+                     pending_from=u.submit if u.submit is not None else u.start,
+                     run_from=None, until=u.end)
            for u in usage if u.gpus > 0]
     for j in jobs:
         if j.state == JobState.PENDING and j.total_gpus > 0 and waits_for_gpus(j.reason):
@@ -108,6 +118,39 @@ def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage]) -> l
                                  allocated=j.qos == ALLOC_QOS, pending_from=j.submit_time,
                                  run_from=None, until=None))
     return out
+
+
+def fault_drains(entries: Iterable[AuditEntry]) -> list[FaultDrain]:
+    """slurm-ml's health drains in the audit log (``drain`` by a hook, applied), as the
+    refund rule reads them: an operator's drain or one that Slurm refused ends no job."""
+    out = []
+    for e in entries:
+        hook = e.details.get("hook")
+        if e.action != "drain" or not isinstance(hook, str) or e.details.get("applied") is False:
+            continue
+        job = e.details.get("job_id")
+        findings = e.details.get("findings")
+        checks = e.details.get("checks")
+        names = checks if isinstance(checks, list) else [
+            f.get("check_id") for f in findings if isinstance(f, dict)
+        ] if isinstance(findings, list) else []
+        reason = e.details.get("reason")
+        out.append(FaultDrain(key=e.idempotency_key, node=e.target, at=_epoch(e.at), hook=hook,
+                              job_id=job if isinstance(job, int) else None,
+                              checks=tuple(dict.fromkeys(str(n) for n in names if n)),
+                              reason=reason if isinstance(reason, str) else ""))
+    return out
+
+
+def run_refunds(cfg: Config, usage: Sequence[JobUsage],
+                drains: Sequence[FaultDrain]) -> list[Refund]:
+    """The window's runs a slurm-ml drain ended (:mod:`slurm_ml.policy.refunds`); only
+    charged (QOS alloc) runs: a free run costs its team nothing to refund."""
+    if not drains:
+        return []
+    return refunds([u for u in usage if u.qos == ALLOC_QOS], drains,
+                   lambda u: expand(u.nodes), lambda u: usage_billing_gpus(cfg, u),
+                   cfg.policy.fairshare.refund_slack_s)
 
 
 def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:

@@ -190,7 +190,7 @@ def parse_scontrol_nodes(text: str) -> list[Node]:
 # ---------------------------------------------------------------- sacct -P
 
 SACCT_FIELDS = ("JobID", "User", "Account", "QOS", "State", "ElapsedRaw", "AllocTRES",
-                "Start", "End", "JobName", "Submit")
+                "Start", "End", "JobName", "Submit", "NodeList")
 
 
 def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[JobUsage]:
@@ -204,12 +204,19 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
         if not line.strip():
             continue
         parts = line.split("|")
-        if len(parts) < len(SACCT_FIELDS) - 1:  # Submit (last) was added later: optional
+        if len(parts) < len(SACCT_FIELDS) - 2:  # Submit, NodeList were added later: optional
             raise SlurmParseError(f"sacct line has {len(parts)} fields, want "
                                   f"{len(SACCT_FIELDS)}: {line!r}")
         jid, user, account, qos, state, _elapsed, tres, start, end = parts[:9]
-        # Submit is last: read it from the end so a "|" in JobName cannot shift it
-        submit = parts[-1] if len(parts) > len(SACCT_FIELDS) - 1 else None
+        # Submit and NodeList are last: read them from the end so a "|" in JobName cannot
+        # shift them. A line without NodeList ends in Submit, a number (or Unknown/None),
+        # which no host list is.
+        tail = parts[9:]
+        nodes = ""
+        if len(tail) >= 3 and not _is_time(tail[-1]):
+            nodes = tail[-1]
+            tail = tail[:-1]
+        submit = tail[-1] if len(tail) >= 2 else None
         base_id = jid.split(".")[0]
         if not re.fullmatch(r"\d+(_\d+)?", base_id):
             continue  # steps, array ranges and het components are not charged twice
@@ -230,8 +237,14 @@ def parse_sacct_usage(text: str, window_start: int, window_end: int) -> list[Job
             start=start_s,
             end=end_s,
             submit=_int_or_none(submit),
+            nodes="" if nodes.startswith(("None", "(")) else nodes,
         ))
     return out
+
+
+def _is_time(text: str) -> bool:
+    """A sacct time field under SLURM_TIME_FORMAT=%s: epoch seconds or Unknown/None."""
+    return text.isdigit() or text in ("", "Unknown", "None")
 
 
 # ---------------------------------------------------------------- sprio
