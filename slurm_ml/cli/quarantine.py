@@ -48,7 +48,8 @@ def _actor() -> str:
 @quarantine.command("list")
 @hook_options
 def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> None:
-    """slurm-ml's drains (with their clean-check streak) and open breaker alarms.
+    """slurm-ml's drains (with their clean-check streak), open breaker alarms, and nodes
+    under repair at the contract (which job each drain waits for, until when).
 
     Exit codes: 0 ok; 1 Slurm or the database could not be read (what could be read is
     still printed); 2 bad config.
@@ -72,8 +73,12 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
         lines.append(f"ALARM    {what}: breaker tripped at {a.at.isoformat()} "
                      f"refusing {a.refused} (drained: {', '.join(a.drained) or '-'}); "
                      f"`{a.scope.reset_command}` re-arms it")
+    for r in view.repairs:
+        state = "drained" if r.drained else "not drained yet"
+        lines.append(f"repair   {r.node:<8} {r.why} ({state}); repair at the contract:")
+        lines.extend(f"           {j.text}" for j in r.jobs)
     if not lines:
-        lines.append("no slurm-ml drains, no breaker alarms")
+        lines.append("no slurm-ml drains, no breaker alarms, no repairs waiting")
     emit(view.to_json(), as_json, "\n".join(lines))
     if not view.store_ok:
         click.echo("slurm-ml: error: the database could not be read: alarms and streaks "

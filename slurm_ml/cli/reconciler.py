@@ -228,7 +228,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     """
     from datetime import UTC, datetime
 
-    from slurm_ml.daemon import report
+    from slurm_ml.daemon import repair_view, report
     from slurm_ml.daemon.observe import observe
     from slurm_ml.daemon.plan import current_fair_share, zombie_status_of
     from slurm_ml.slurm.errors import SlurmError
@@ -246,6 +246,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
     zombie = None
+    repairs: list[Any] = []
     target = _dsn(cfg, dsn)
     if target:
         store = _store(cfg, target)
@@ -256,6 +257,10 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
             samples = store.util_samples_since(datetime.fromtimestamp(since, UTC),
                                                job_ids=[job_id])
             zombie = zombie_status_of(cfg, obs.jobs, samples, job_id, now)
+            health = store.health_events_since(
+                datetime.fromtimestamp(now - repair_view.LOOKBACK_S, UTC), limit=100_000)
+            repairs = repair_view.repairs_for_job(cfg, obs.nodes, obs.jobs, health,
+                                                   job_id=job_id, now=now)
         except StoreError as exc:
             click.echo(f"slurm-ml: warning: database unavailable ({exc}); no history",
                        err=True)
@@ -263,7 +268,8 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
             store.close()
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
-    data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie)
+    data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie,
+                           repairs=repairs)
     emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
         sys.exit(EXIT_BAD_INPUT)

@@ -199,8 +199,19 @@ class _Parser:
         if isinstance(default, str):
             return self.string(check)
         if isinstance(default, tuple):
-            return self.list_of(self.string(), unique="value")
+            return self.checked_list(self.list_of(self.string(), unique="value"), check)
         raise TypeError(f"no converter for knob default {default!r}")  # a bug here, not in YAML
+
+    def checked_list(self, items: _Conv, check: Any) -> _Conv:
+        """A list knob whose check judges the whole list (after its items converted)."""
+        if check is None:
+            return items
+
+        def conv(value: object, path: str) -> Any:
+            out = items(value, path)
+            return None if out is None else self.checked(out, path, check)
+
+        return conv
 
     # ---- scalars
 

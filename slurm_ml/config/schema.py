@@ -8,6 +8,7 @@ several knobs are in :mod:`slurm_ml.config.rules`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -209,6 +210,17 @@ class AdmissionConfig:
     unbudgeted: str = knob("untouched", _unbudgeted_mode)
 
 
+def _regexes(values: tuple[str, ...]) -> str | None:
+    for v in values:
+        if not v.strip():
+            return "an empty pattern would match every drain reason"
+        try:
+            re.compile(v)
+        except re.error as exc:
+            return f"{v!r} is not a valid regular expression: {exc}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class QuarantineConfig:
     """When slurm-ml drains GPU nodes, resumes them, and stops itself (circuit breaker)."""
@@ -220,6 +232,10 @@ class QuarantineConfig:
     # least 2) before that check stops draining anywhere, once its drains span 2+ classes.
     breaker_check_fraction: float = knob(0.2, fraction)
     prolog_budget_s: float = knob(5.0, gt(0))  # the prolog's whole health check, hard limit
+    # An admin's drain whose reason matches one of these (case-insensitive regexes; a word
+    # matches as a substring) is a repair at the contract, as a drain-after-job finding is:
+    # each resumable job there is requeued once its protected runtime ends. () = none.
+    maintenance_reasons: tuple[str, ...] = knob(("maint", "maintenance", "repair"), _regexes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from slurm_ml.config import Config
-from slurm_ml.daemon import views
+from slurm_ml.daemon import repair_view, views
 from slurm_ml.model import Job, JobState, JobUsage, Node
 from slurm_ml.policy.reclaim import ORPHAN_CHECK
 from slurm_ml.policy.refunds import FaultDrain
+from slurm_ml.policy.repairs import BreakerView, current_findings, plan_repairs
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
                     JobState.SUSPENDED})
 #: Decision kinds the daemon reads back: its own requeues and zombie warnings.
-HISTORY_KINDS = ("requeue", "zombie_warn", "zombie_requeue", "zombie_cancel")
+HISTORY_KINDS = ("requeue", "zombie_warn", "zombie_requeue", "zombie_cancel", "repair_requeue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,10 @@ class Observation:
     samples: Mapping[int, tuple[UtilSample, ...]]  # running jobs' GPU samples, by job
     history: tuple[ReconcilerDecision, ...]  # its own applied decisions (requeues, warnings)
     orphans: tuple[HealthEvent, ...]
+    #: repairs at the contract: the last hour's health events (findings and passes), and
+    #: the breakers' inputs, read only when a node with a finding must be drained first
+    health: tuple[HealthEvent, ...] = ()
+    breaker: BreakerView | None = None
     #: fault refunds: slurm-ml's drains in the window, and the refunds already recorded
     drains: tuple[FaultDrain, ...] = ()
     refunded: frozenset[str] = frozenset()  # keys of the refund decisions already applied
@@ -56,10 +61,12 @@ def with_fault_drains(cfg: Config, store: Store, obs: Observation) -> Observatio
     """``obs`` with the window's slurm-ml drains and recorded refunds (fault refunds:
     ``budget status`` reads them too, so that it charges what the daemon charges)."""
     since = _at(obs.now - int(cfg.policy.fairshare.window_hours * 3600))
-    drains = tuple(views.fault_drains(e for e in store.audit_entries(since=since)
-                                      if e.action == "drain"))
-    done = frozenset(d.idempotency_key for d in store.decisions_since(since, kinds=["refund"])
-                     if not d.dry_run) if drains else frozenset()
+    decided = [d for d in store.decisions_since(since, kinds=["refund", "repair_requeue"])
+               if not d.dry_run]
+    drains = (*views.fault_drains(e for e in store.audit_entries(since=since)
+                                  if e.action == "drain"),
+              *views.repair_drains(decided))
+    done = frozenset(d.idempotency_key for d in decided if d.kind == "refund")
     return replace(obs, drains=drains, refunded=done)
 
 
@@ -95,6 +102,18 @@ def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> O
                     if not d.dry_run)
     orphans = tuple(store.health_events_since(
         _at(now - cfg.policy.reclaim.orphan_lookback_s), check_ids=[ORPHAN_CHECK]))
+    health = tuple(store.health_events_since(_at(now - repair_view.LOOKBACK_S), limit=100_000))
     obs = Observation(now, jobs, nodes, usage, runaway,
-                      {k: tuple(v) for k, v in samples.items()}, history, orphans)
+                      {k: tuple(v) for k, v in samples.items()}, history, orphans, health,
+                      _breaker(cfg, store, jobs, nodes, health=health, now=now))
     return with_fault_drains(cfg, store, obs)
+
+
+def _breaker(cfg: Config, store: Store, jobs: tuple[Job, ...], nodes: tuple[Node, ...], *,
+             health: tuple[HealthEvent, ...], now: int) -> BreakerView | None:
+    """The breakers' inputs, read (the whole audit log) only when a node with a finding
+    and jobs on it is not drained yet: the cycle drains it first."""
+    found = current_findings(repair_view.node_events(health))
+    if all(r.drained for r in plan_repairs(now, nodes, jobs, found, cfg).nodes):
+        return None
+    return repair_view.breaker_view(cfg, store.audit_entries(), nodes, _at(now))

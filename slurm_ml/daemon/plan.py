@@ -15,8 +15,14 @@ from typing import Any
 from slurm_ml.config import Config
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
+from slurm_ml.daemon.repair_view import node_events
 from slurm_ml.model import Job, JobState
-from slurm_ml.policy.contracts import PreemptionLedger, allocation_positions, plan_requeues
+from slurm_ml.policy.contracts import (
+    PreemptionLedger,
+    allocation_positions,
+    plan_requeues,
+    preemption_budget_left,
+)
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
 from slurm_ml.policy.placement import cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
@@ -27,10 +33,11 @@ from slurm_ml.policy.reclaim import (
     zombie_verdicts,
 )
 from slurm_ml.policy.refunds import Refund
+from slurm_ml.policy.repairs import RepairPlan, current_findings, plan_repairs
 from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, UtilSample, derive_key
 
-#: Decision kinds that requeued a job (cooldown and the cluster cap count both).
-REQUEUE_KINDS = ("requeue", "zombie_requeue")
+#: Decision kinds that requeued a job (cooldown and the cluster cap count them all).
+REQUEUE_KINDS = ("requeue", "zombie_requeue", "repair_requeue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,9 @@ class Action:
     @property
     def target(self) -> str:
         if self.node:
-            return f"node {self.node}"
+            # a quarantine drain is audited as the hooks audit theirs (target: the node):
+            # the periodic check then resumes it, and the breakers count it
+            return self.node if self.decision == "drain" else f"node {self.node}"
         return f"job {self.job_id}" if self.job_id is not None else "slurmdbd"
 
 
@@ -225,5 +234,35 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
             kind="drain", decision=decision, node=d.node, job_id=d.job_id, reason=d.reason,
             key=derive_key("daemon.drain", d.node, d.kind, cause), details=dict(d.details)))
 
+    actions += repair_actions(cfg, obs, actions, skip_nodes=seen)
     return Plan(now=now, cycle=now, fair=fair, site_factors=targets, changed=changed,
                 actions=tuple(actions), snapshots=snapshots(fair, now))
+
+
+def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) -> RepairPlan:
+    """Repairs at the contract (``policy.repairs``) within what the preemption cap leaves
+    after ``planned``; jobs ``planned`` already requeues or cancels are left out."""
+    book = ledger(obs.history)
+    used = [*book.recent, *((obs.now, a.gpus) for a in planned if a.kind == "requeue")]
+    left = preemption_budget_left(obs.now, PreemptionLedger(book.last_requeue, used),
+                                  views.total_gpus(cfg), cfg.policy.contracts)
+    skip = {a.job_id for a in planned if a.kind in ("requeue", "cancel") and a.job_id}
+    return plan_repairs(obs.now, obs.nodes, obs.jobs,
+                        current_findings(node_events(obs.health)), cfg, budget_left=left,
+                        breaker=obs.breaker, skip_jobs=skip)
+
+
+def repair_actions(cfg: Config, obs: Observation, planned: Sequence[Action], *,
+                   skip_nodes: Collection[str] = ()) -> list[Action]:
+    """The owned drains and requeues of repairs at the contract, as actions."""
+    rp = repairs_of(cfg, obs, planned)
+    out = [Action(kind="drain", decision="drain", node=d.node, reason=d.reason,
+                  key=derive_key("daemon.repair_drain", d.node, d.first_seen),
+                  details={"checks": list(d.checks), "breaker": d.breaker,
+                           "hook": "daemon", "repair": True})
+           for d in rp.drains if d.node not in skip_nodes]
+    out += [Action(kind="requeue", decision="repair_requeue", job_id=r.job_id, gpus=r.gpus,
+                   reason=r.reason, key=derive_key("daemon.repair_requeue", r.job_id, r.start),
+                   details={**r.details, "gpus": r.gpus})
+            for r in rp.requeues]
+    return out

@@ -18,6 +18,7 @@ from slurm_ml.policy.fairshare import FairShare, Standing
 from slurm_ml.policy.pending import ExcludedPending
 from slurm_ml.policy.reclaim import ZombieStatus
 from slurm_ml.policy.refunds import Refund
+from slurm_ml.policy.repairs import NodeRepair
 from slurm_ml.store.records import JobGpuStats, ReconcilerDecision
 
 
@@ -221,7 +222,8 @@ def zombie_json(status: ZombieStatus | None) -> dict[str, Any] | None:
 
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
              fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
-             zombie: ZombieStatus | None = None) -> dict[str, Any]:
+             zombie: ZombieStatus | None = None,
+             repairs: Sequence[NodeRepair] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
     if job is not None:
         out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,
@@ -245,6 +247,9 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
     out["history"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "reason": d.reason,
                        "dry_run": d.dry_run, "details": d.details} for d in decisions]
     out["zombie"] = zombie_json(zombie)
+    out["repair"] = [{"node": r.node, "cause": r.cause, "why": r.why, "drained": r.drained,
+                      "waits": [{"kind": w.kind, "until": w.until, "text": w.text}
+                                for w in r.jobs]} for r in repairs]
     return out
 
 
@@ -288,6 +293,9 @@ def why_text(data: Mapping[str, Any]) -> str:
     zombie = data.get("zombie")
     if zombie:
         lines.append(f"Zombie check: {zombie['text']}")
+    for r in data.get("repair") or []:  # repairs at the contract
+        for w in r["waits"]:
+            lines.append(f"Repair at the contract: {r['node']} {r['why']}: {w['text']}")
     hist = data.get("history") or []
     if not hist:
         lines.append("No requeue, cancel or warning by slurm-ml.")

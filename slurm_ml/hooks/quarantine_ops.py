@@ -14,7 +14,7 @@ is not in the audit log must not look done.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slurm_ml.config import Config
@@ -29,6 +29,13 @@ from slurm_ml.hooks.history import (
 from slurm_ml.hooks.record import Recorder
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import Alarm, Scope, is_check_id, owned, pass_streak
+from slurm_ml.policy.repairs import (
+    LOOKBACK_S,
+    NodeEvent,
+    NodeRepair,
+    current_findings,
+    plan_repairs,
+)
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import AuditEntry, derive_key
@@ -70,6 +77,8 @@ class QuarantineView:
     alarms: tuple[Alarm, ...]
     store_ok: bool
     errors: tuple[str, ...] = ()
+    #: repairs at the contract: per node, which job its drain waits for and until when
+    repairs: tuple[NodeRepair, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         def when(at: datetime | None) -> str | None:
@@ -83,7 +92,15 @@ class QuarantineView:
                         "check": a.check, "at": when(a.at), "drained": list(a.drained),
                         "refused": a.refused, "reset": a.scope.reset_command}
                        for a in self.alarms],
+            "repairs": [{"node": r.node, "cause": r.cause, "why": r.why,
+                         "drained": r.drained, "until": _iso(r.until),
+                         "jobs": [{"job_id": j.job_id, "kind": j.kind, "until": _iso(j.until),
+                                   "text": j.text} for j in r.jobs]} for r in self.repairs],
             "store_ok": self.store_ok, "errors": list(self.errors)}
+
+
+def _iso(epoch: int | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +123,13 @@ class ResetResult:
         return Scope.of_class(self.node_class or "")
 
 
-def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store) -> QuarantineView:
-    """slurm-ml's drains now (per Slurm) and the open alarms (per the audit log)."""
+def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
+                    now: datetime | None = None) -> QuarantineView:
+    """slurm-ml's drains now (per Slurm), the open alarms (per the audit log) and the
+    nodes under repair at the contract, with what each one's drain waits for."""
     rec = Recorder(store)
-    nodes = owned_drained(slurm.list_nodes())
+    every = slurm.list_nodes()
+    nodes = owned_drained(every)
     entries = rec.read("audit log", lambda s: s.audit_entries())
     need = cfg.policy.quarantine.resume_after_passes
     drains = []
@@ -120,7 +140,19 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store) -> Quarant
         drains.append(OwnedDrain(n.name, None if cls is None else cls.name, n.reason, at,
                                  streak, need))
     alarms = tuple(open_alarms(entries or []))
-    return QuarantineView(tuple(drains), alarms, entries is not None, tuple(rec.errors))
+    repairs = _repairs(cfg, slurm, rec, every, now or datetime.now(UTC))
+    return QuarantineView(tuple(drains), alarms, entries is not None, tuple(rec.errors),
+                          repairs)
+
+
+def _repairs(cfg: Config, slurm: SlurmClient, rec: Recorder, nodes: list[Node],
+             now: datetime) -> tuple[NodeRepair, ...]:
+    """The daemon's repairs at the contract as a view (no cap, no breakers consulted)."""
+    events = rec.read("health events", lambda s: s.health_events_since(
+        now - timedelta(seconds=LOOKBACK_S), limit=100_000)) or []
+    found = current_findings(NodeEvent(e.node, e.check_id, e.severity, e.message,
+                                       int(e.observed_at.timestamp())) for e in events)
+    return plan_repairs(int(now.timestamp()), nodes, slurm.list_jobs(), found, cfg).nodes
 
 
 def _streak(rec: Recorder, node: str, since: datetime) -> int | None:
