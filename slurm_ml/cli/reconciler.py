@@ -220,8 +220,9 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
 def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool) -> None:
     """Why a job is where it is: its priority parts (SiteFactor and how it was derived,
     its account's budget position), slurm-ml's admission record, what the zombie rule
-    makes of a running job now (no verdict, and why, when its GPU samples fall short)
-    and every requeue, cancel or warning slurm-ml decided for it, with reasons.
+    makes of a running job now (no verdict, and why, when its GPU samples fall short),
+    what a repair at the contract of its node waits for (until when), and every requeue,
+    cancel or warning slurm-ml decided for it, with reasons.
 
     Exit codes: 0 ok; 1 Slurm unavailable; 2 bad config, or a job unknown to Slurm and
     to slurm-ml.

@@ -239,7 +239,9 @@ def plan_repairs(now: int, nodes: Sequence[Node], jobs: Sequence[Job],
     skip = set(skip_jobs)
     on: dict[str, list[Job]] = {}
     for j in jobs:
-        if j.state == JobState.RUNNING and j.start_time and j.job_id not in skip:
+        # GPU jobs only: the contract (admission's protected runtime) is theirs
+        if (j.state == JobState.RUNNING and j.start_time and j.total_gpus > 0
+                and j.job_id not in skip):
             for h in _hosts(j.nodes):
                 on.setdefault(h, []).append(j)
     left = budget_left

@@ -101,6 +101,12 @@ def test_other_admin_drains_are_left_alone() -> None:
     assert rp.requeues == () and rp.nodes == ()
 
 
+def test_a_cpu_job_on_a_maintenance_node_is_not_the_contracts_to_requeue() -> None:
+    drained = _nodes(gpu05="maintenance")
+    cpu = replace(_running(1), gpus=())  # type: ignore[type-var]
+    assert plan_repairs(NOW, drained, [cpu], {}, CFG, budget_left=100).nodes == ()
+
+
 def test_maintenance_patterns_are_case_insensitive_regexes_and_skip_owned_drains() -> None:
     assert maintenance_match("REPAIR: fan", ("repair",)) == "repair"
     assert maintenance_match("dimm swap", (r"^dimm\s",)) == r"^dimm\s"
