@@ -61,10 +61,12 @@ def with_fault_drains(cfg: Config, store: Store, obs: Observation) -> Observatio
     """``obs`` with the window's slurm-ml drains and recorded refunds (fault refunds:
     ``budget status`` reads them too, so that it charges what the daemon charges)."""
     since = _at(obs.now - int(cfg.policy.fairshare.window_hours * 3600))
-    drains = tuple(views.fault_drains(e for e in store.audit_entries(since=since)
-                                      if e.action == "drain"))
-    done = frozenset(d.idempotency_key for d in store.decisions_since(since, kinds=["refund"])
-                     if not d.dry_run) if drains else frozenset()
+    decided = [d for d in store.decisions_since(since, kinds=["refund", "repair_requeue"])
+               if not d.dry_run]
+    drains = (*views.fault_drains(e for e in store.audit_entries(since=since)
+                                  if e.action == "drain"),
+              *views.repair_drains(decided))
+    done = frozenset(d.idempotency_key for d in decided if d.kind == "refund")
     return replace(obs, drains=drains, refunded=done)
 
 

@@ -23,7 +23,7 @@ from slurm_ml.policy.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
 from slurm_ml.policy.refunds import FaultDrain, Refund, refunds
-from slurm_ml.store.records import AuditEntry, HealthEvent, UtilSample
+from slurm_ml.store.records import AuditEntry, HealthEvent, ReconcilerDecision, UtilSample
 
 
 def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
@@ -139,6 +139,23 @@ def fault_drains(entries: Iterable[AuditEntry]) -> list[FaultDrain]:
                               job_id=job if isinstance(job, int) else None,
                               checks=tuple(dict.fromkeys(str(n) for n in names if n)),
                               reason=reason if isinstance(reason, str) else ""))
+    return out
+
+
+def repair_drains(decisions: Iterable[ReconcilerDecision]) -> list[FaultDrain]:
+    """The daemon's requeues for a repair at the contract of a node with a finding, as
+    drains naming the job (hook ``repair``): the fault ended that run. A requeue for an
+    admin's maintenance is no fault and refunds nothing."""
+    out = []
+    for d in decisions:
+        node, checks = d.details.get("node"), d.details.get("checks")
+        if d.kind != "repair_requeue" or d.job_id is None or d.details.get("cause") != "finding":
+            continue
+        out.append(FaultDrain(key=d.idempotency_key, node=node if isinstance(node, str) else "",
+                              at=_epoch(d.decided_at), hook="repair", job_id=d.job_id,
+                              checks=tuple(str(c) for c in checks)
+                              if isinstance(checks, list) else (),
+                              reason=str(d.details.get("drain_reason") or "")))
     return out
 
 

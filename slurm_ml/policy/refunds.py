@@ -5,8 +5,10 @@ drains (the audit log's ``drain`` entries: a prolog, epilog or periodic finding)
 how it ended:
 
 * **job**: the drain names the run's job (``job_id``: a prolog that failed the job, an
-  epilog that found a fault on its GPUs), and falls inside the run (from ``slack_s``
-  before its start to ``slack_s`` after its end: the epilog runs after the end);
+  epilog that found a fault on its GPUs, the daemon's requeue for a repair at the contract
+  of a node with a finding, hook ``repair``), and falls inside the run (from ``slack_s``
+  before its start to ``slack_s`` after its end: the epilog runs after the end; of a
+  requeued job's runs, the one it is nearest to);
 * **node**: the drain is of a node the run used, within ``slack_s`` of the run's end (a
   periodic check finds the fault a little before or after the job dies of it).
 
@@ -64,7 +66,9 @@ class Refund:
     def why(self) -> str:
         checks = ", ".join(self.drain.checks) or self.drain.reason or "a health finding"
         when = "before" if self.drain.at <= self.end else "after"
-        how = (f"the {self.drain.hook} drain of {self.drain.node} names the job"
+        how = (f"slurm-ml requeued it to repair {self.drain.node}"
+               if self.drain.hook == "repair" else
+               f"the {self.drain.hook} drain of {self.drain.node} names the job"
                if self.route == "job" else
                f"the {self.drain.hook} check drained {self.drain.node}, which it ran on, "
                f"{abs(self.end - self.drain.at)} s {when} it ended")

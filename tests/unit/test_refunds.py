@@ -21,7 +21,7 @@ from slurm_ml.policy.refunds import FaultDrain, refunds
 from slurm_ml.slurm import parse
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
-from slurm_ml.store.records import AuditEntry, derive_key
+from slurm_ml.store.records import AuditEntry, ReconcilerDecision, derive_key
 
 START, END = NOW - 3 * HOUR, NOW - HOUR
 SLACK = 300
@@ -256,3 +256,23 @@ def test_a_refund_planned_twice_is_applied_once() -> None:
     report_ = Applier(slurm, store).apply(replace(plan, changed={}))
     assert [a.kind for a in report_.already if a.kind == "refund"] == ["refund"]
     assert len(_refund_rows(store)) == 2
+
+
+@pytest.mark.parametrize(("cause", "refunded"), [("finding", True), ("maintenance", False)])
+def test_a_requeue_for_a_repair_of_a_faulty_node_is_refunded(cause: str,
+                                                             refunded: bool) -> None:
+    slurm, store, _failed = _faulted_world()
+    slurm.usage.append(run(job_id=31, state=JobState.REQUEUED, nodes="gpu06"))
+    store.record_decision(ReconcilerDecision(
+        idempotency_key=derive_key("daemon.repair_requeue", 31, START), cycle=1, job_id=31,
+        kind="repair_requeue", reason="repair at the contract", dry_run=False,
+        decided_at=datetime.fromtimestamp(END, UTC),
+        details={"node": "gpu06", "cause": cause, "checks": ["ecc.remap_pending"],
+                 "drain_reason": "slurm-ml: remap pending"}))
+    obs = observe(CFG, slurm, store, NOW)
+    got = {r.job_id: r for r in views.run_refunds(CFG, obs.usage, obs.drains)}
+    assert (31 in got) is refunded
+    if refunded:
+        assert (got[31].route, got[31].drain.hook, got[31].drain.checks) == (
+            "job", "repair", ("ecc.remap_pending",))
+        assert "requeued it to repair gpu06" in got[31].why
