@@ -19,6 +19,7 @@ Pure: the clock, the nodes, the jobs, the findings and the breakers' history com
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -185,6 +186,7 @@ def maintenance_match(reason: str, patterns: Sequence[str]) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def _hosts(nodes: str) -> tuple[str, ...]:
     if not nodes or nodes.startswith("("):
         return ()
@@ -236,6 +238,11 @@ def plan_repairs(now: int, nodes: Sequence[Node], jobs: Sequence[Job],
     ``breaker``: None when it was not read (a view: no drain is decided); ``skip_jobs``:
     jobs this cycle already acts on."""
     q, contracts = cfg.policy.quarantine, cfg.policy.contracts
+    under = [n for n in nodes if findings.get(n.name)
+             or (n.drained and maintenance_match(n.reason, q.maintenance_reasons))]
+    if not under:  # the usual cycle: nothing to repair, no job list to walk
+        return RepairPlan((), (), ())
+    nodes = under
     skip = set(skip_jobs)
     on: dict[str, list[Job]] = {}
     for j in jobs:
