@@ -186,8 +186,8 @@ def budget_text(data: Mapping[str, Any]) -> str:
                          f"GPUs, so they are neither owed nor ranked. Release or fix them "
                          f"to count.")
     for f in data.get("refunds") or []:
-        lines.append(f"note: refunded {f['billing_gpu_hours']:.1f} GPU-hours to "
-                     f"{f['account']}: {f['why']}.")
+        lines.append(f"note: refund to {f['account']}: {f['why']} (a fault of the "
+                     f"hardware, not the team's).")
     return "\n".join(lines)
 
 

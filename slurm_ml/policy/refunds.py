@@ -73,7 +73,8 @@ class Refund:
                f"the {self.drain.hook} check drained {self.drain.node}, which it ran on, "
                f"{abs(self.end - self.drain.at)} s {when} it ended")
         return (f"job {self.job_id} ended {self.state.value}: {how} ({checks}); its "
-                f"{self.gpu_hours:.2f} GPU-hours are not charged to {self.account}")
+                f"{self.gpu_hours:.2f} GPU-hours ({self.billing_gpu_hours:.2f} "
+                f"billing-weighted) are not charged to {self.account}")
 
 
 def refunds(usage: Iterable[JobUsage], drains: Sequence[FaultDrain],
