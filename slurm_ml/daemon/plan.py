@@ -126,11 +126,12 @@ def current_fair_share(cfg: Config, obs: Observation,
 
 
 def refund_actions(refunds: Sequence[Refund], done: Collection[str]) -> list[Action]:
-    """One ``refund`` record per refunded run, keyed by the run and its drain, so that the
-    audit log holds each refund once; those already recorded (``done``) are not planned."""
+    """One ``refund`` record per refunded run, keyed by the run alone (a drain that
+    explains it better, found a cycle later, records no second refund), so that the audit
+    log holds each refund once; those already recorded (``done``) are not planned."""
     out = []
     for r in refunds:
-        key = derive_key("daemon.refund", r.job_id, r.start, r.drain.key)
+        key = derive_key("daemon.refund", r.job_id, r.start)
         if key in done:
             continue
         out.append(Action(

@@ -276,3 +276,17 @@ def test_a_requeue_for_a_repair_of_a_faulty_node_is_refunded(cause: str,
         assert (got[31].route, got[31].drain.hook, got[31].drain.checks) == (
             "job", "repair", ("ecc.remap_pending",))
         assert "requeued it to repair gpu06" in got[31].why
+
+
+def test_a_drain_that_explains_a_refunded_run_better_records_no_second_refund() -> None:
+    slurm, store, _failed = _faulted_world()
+    store.audit(_audit("gpu05", END + 200))
+    Applier(slurm, store).apply(plan_cycle(CFG, observe(CFG, slurm, store, NOW)))
+    store.audit(_audit("gpu05", END + 20, hook="epilog", job_id=30))  # read a cycle later
+    obs = observe(CFG, slurm, store, NOW + 60)
+    (r,) = views.run_refunds(CFG, obs.usage, obs.drains)
+    assert r.drain.hook == "epilog"  # the better drain explains it now
+    again = plan_cycle(CFG, obs)
+    assert not [a for a in again.actions if a.kind == "refund"]
+    Applier(slurm, store).apply(again)
+    assert len(_refund_rows(store)) == 2
