@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.slurm.parse import parse_oneliner
 
 
@@ -36,3 +42,30 @@ def sbatch(user: str, *args: str, jobs: list[int]) -> int:
     assert res.returncode == 0, res.stderr
     jobs.append(int(res.stdout.strip().split(";")[0]))
     return jobs[-1]
+
+
+def sbatch_charged(user: str, account: str, *args: str) -> int:
+    """``sbatch ARGS`` as ``user`` charged to ``account`` with a 15-minute limit (output
+    discarded): the reconciler tests' jobs. The caller cancels them."""
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", f"--account={account}", "--time=15", *args],
+                   check=False, timeout_s=30)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.strip().split(";")[0])
+
+
+def daemon_config(path: Path, *, weights: dict[str, float] | None = None,
+                  **policy: dict[str, Any]) -> Path:
+    """The default config with ``policy`` section updates (and program ``weights``),
+    metrics off, a lock key of its own (tests never wait on another daemon's lock) and
+    its spool beside ``path``."""
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for prog in data["budgets"]["programs"]:
+        prog["weight"] = (weights or {}).get(prog["name"], prog["weight"])
+    for section, knobs in policy.items():
+        data["policy"][section].update(knobs)
+    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
+    data["store"]["spool_dir"] = str(path.parent / "spool")
+    path.write_text(yaml.safe_dump(data))
+    return path

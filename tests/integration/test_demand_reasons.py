@@ -15,17 +15,15 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from slurm_jobs import show, wait_state
+from slurm_jobs import daemon_config, show, wait_state
+from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
-from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import current_fair_share
@@ -37,15 +35,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 
 
-def sbatch(user: str, account: str, *args: str) -> int:
-    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
-    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
-                    "--output=/dev/null", f"--account={account}", "--time=15", *args],
-                   check=False, timeout_s=30)
-    assert res.returncode == 0, res.stderr
-    return int(res.stdout.strip().split(";")[0])
-
-
 def env_with(dsn: str) -> dict[str, str]:
     return {**os.environ, "SLURM_ML_DSN": dsn}
 
@@ -54,16 +43,11 @@ def env_with(dsn: str) -> dict[str, str]:
 def cfg_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-minute window in 20 s buckets (only this test's jobs count), requeues allowed
     at once: a wrongly counted demand would show as a requeue of alice's job."""
-    path = tmp_path_factory.mktemp("demand") / "slurm-ml.yaml"
-    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    pol = data["policy"]
-    pol["fairshare"].update(window_hours=0.05, owed_bucket_s=20, cycle_interval_s=3)
-    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5)
-    pol["reclaim"].update(fix_runaway=False)
-    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
-    data["store"]["spool_dir"] = str(path.parent / "spool")
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return daemon_config(
+        tmp_path_factory.mktemp("demand") / "slurm-ml.yaml",
+        fairshare={"window_hours": 0.05, "owed_bucket_s": 20, "cycle_interval_s": 3},
+        contracts={"preempt_after_wait_s": 0, "preempt_cap_fraction": 0.5},
+        reclaim={"fix_runaway": False})
 
 
 @pytest.fixture(scope="module")

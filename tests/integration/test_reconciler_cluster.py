@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +24,8 @@ import psycopg
 import pytest
 import yaml
 from psycopg.conninfo import make_conninfo
-from slurm_jobs import show, wait_state
+from slurm_jobs import daemon_config, show, wait_state
+from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -43,15 +43,6 @@ PAUSED_DAEMON = Path(__file__).with_name("paused_daemon.py")
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def sbatch(user: str, account: str, *args: str) -> int:
-    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
-    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
-                    "--output=/dev/null", f"--account={account}", "--time=15", *args],
-                   check=False, timeout_s=30)
-    assert res.returncode == 0, res.stderr
-    return int(res.stdout.strip().split(";")[0])
 
 
 
@@ -124,23 +115,19 @@ def dsn(pg_module_dsn: str) -> str:
 
 
 def write_config(path: Path, **policy: dict[str, Any]) -> Path:
-    data = yaml.safe_load(CONFIG.read_text())
-    for prog in data["budgets"]["programs"]:
-        prog["weight"] = {"nlp": 70, "vision": 30}[prog["name"]]
-    pol = data["policy"]
-    pol["fairshare"].update(window_hours=0.05, owed_bucket_s=20, cycle_interval_s=3)
-    # Requeue at once: the signal-and-grace path has its own tests (test_apply_signal,
-    # test_requeue_checkpoint).
-    pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5,
-                            requeue_grace_s=0)
-    pol["reclaim"].update(zombie_heartbeat_s=60, sample_interval_s=20, zombie_grace_s=0,
-                          fix_runaway=False)
+    """A 3-minute window in 20 s buckets, nlp 70 / vision 30, requeues at once (the
+    signal-and-grace path has its own tests: test_apply_signal, test_requeue_checkpoint),
+    zombies judged on 20 s samples over a minute; ``policy`` overrides per section."""
+    sections: dict[str, dict[str, Any]] = {
+        "fairshare": {"window_hours": 0.05, "owed_bucket_s": 20, "cycle_interval_s": 3},
+        "contracts": {"preempt_after_wait_s": 0, "preempt_cap_fraction": 0.5,
+                      "requeue_grace_s": 0},
+        "reclaim": {"zombie_heartbeat_s": 60, "sample_interval_s": 20, "zombie_grace_s": 0,
+                    "fix_runaway": False},
+    }
     for section, knobs in policy.items():
-        pol[section].update(knobs)
-    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
-    data["store"]["spool_dir"] = str(path.parent / "spool")
-    path.write_text(yaml.safe_dump(data))
-    return path
+        sections.setdefault(section, {}).update(knobs)
+    return daemon_config(path, weights={"nlp": 70, "vision": 30}, **sections)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +206,9 @@ def test_under_served_program_ranks_first_in_sprio_and_budget_status(
     by_acct = {r["account"]: r for r in data["nodes"] if r["kind"] == "program"}
     assert by_acct["nlp"]["budget_share"] == 0.7
     assert by_acct["nlp"]["delivered_gpu_hours"] > 0
-    assert by_acct["vision"]["delivered_gpu_hours"] == 0
+    # vision ran nothing of this module's; an earlier module's jobs (test_demand_reasons'
+    # detection jobs) may still fall in the 3-minute window, so compare, do not expect 0.
+    assert by_acct["vision"]["delivered_gpu_hours"] < by_acct["nlp"]["delivered_gpu_hours"]
     assert by_acct["vision"]["pending_gpus"] > 0
     rank_of = {(r["account"], r["user"]): r["site_factor"] for r in data["ranking"]}
     assert rank_of[("detection", "dave")] > rank_of[("llm-pretrain", "alice")]

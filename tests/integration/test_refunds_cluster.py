@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from node_restore import node_map, restore_nodes
-from slurm_jobs import sbatch, wait_state
+from slurm_jobs import daemon_config, sbatch, wait_state
 
 from slurm_ml import proc
-from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
@@ -43,15 +41,9 @@ NVLINK_DOWN = "azhc_a100_gpu6_nvlink_status_all_inactive.txt"
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("refunds") / "slurm-ml.yaml"
-    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    pol = data["policy"]
-    pol["fairshare"].update(window_hours=0.25, owed_bucket_s=60)
-    pol["reclaim"].update(fix_runaway=False)
-    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
-    data["store"]["spool_dir"] = str(path.parent / "spool")
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return daemon_config(tmp_path_factory.mktemp("refunds") / "slurm-ml.yaml",
+                         fairshare={"window_hours": 0.25, "owed_bucket_s": 60},
+                         reclaim={"fix_runaway": False})
 
 
 @pytest.fixture(scope="module")
