@@ -33,6 +33,7 @@ for 80,000,000,000 GPUs, not for one GPU of type ``80gb``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 GPU = "gpu"
@@ -170,3 +171,30 @@ def gpu_type_problem(name: str) -> str | None:
             return (f"invalid GPU type {name!r}: Slurm's GRES syntax does not read "
                     f"{spelling!r} as a GPU of that type")
     return None
+
+
+def slurm_gpu_total(requests: Iterable[tuple[str | None, str, int]], *, nodes: int,
+                    tasks: int, sockets_per_node: int | None) -> int | None:
+    """GPUs a job asks for in all, as Slurm counts them (src/interfaces/gres_select_util.c,
+    22.05 and 24.11): ``requests`` are (GPU type, scope, count) with scope "job", "node",
+    "socket" or "task"; the scopes of one type form one record, and the first of per
+    job, per node (x ``nodes``), per socket (x ``sockets_per_node`` x ``nodes``), per task
+    (x ``tasks``) that is set decides it. Types add up. None when a per-socket count
+    meets unknown sockets (``sockets_per_node`` None)."""
+    records: dict[str | None, dict[str, int]] = {}
+    for gpu_type, per, count in requests:
+        rec = records.setdefault(gpu_type, {})
+        rec[per] = rec.get(per, 0) + count
+    total = 0
+    for rec in records.values():
+        if rec.get("job"):
+            total += rec["job"]
+        elif rec.get("node"):
+            total += rec["node"] * nodes
+        elif rec.get("socket"):
+            if sockets_per_node is None:
+                return None
+            total += rec["socket"] * sockets_per_node * nodes
+        elif rec.get("task"):
+            total += rec["task"] * tasks
+    return total

@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from slurm_ml.gres import slurm_gpu_total
+
 #: The two QOS of allocated vs unallocated work (docs/design.md): charged and protected for
 #: the job's --time-min, or uncharged and preemptible by requeue.
 ALLOC_QOS = "alloc"
@@ -174,22 +176,11 @@ class Job:
         tasks. Unknown tasks count one per node and unknown sockets one per node (Slurm
         refuses ``--gpus-per-socket`` without ``--sockets-per-node``): a lower bound.
         """
-        records: dict[str | None, dict[str, int]] = {}
-        for g in self.gpus:
-            rec = records.setdefault(g.gpu_type, {})
-            rec[g.per] = rec.get(g.per, 0) + g.count
         nodes = max(1, self.num_nodes)
-        total = 0
-        for rec in records.values():
-            if rec.get("job"):
-                total += rec["job"]
-            elif rec.get("node"):
-                total += rec["node"] * nodes
-            elif rec.get("socket"):
-                total += rec["socket"] * max(1, self.sockets_per_node or 1) * nodes
-            elif rec.get("task"):
-                total += rec["task"] * max(1, self.num_tasks or nodes)
-        return total
+        total = slurm_gpu_total(((g.gpu_type, g.per, g.count) for g in self.gpus),
+                                nodes=nodes, tasks=max(1, self.num_tasks or nodes),
+                                sockets_per_node=max(1, self.sockets_per_node or 1))
+        return total or 0  # never None: the sockets are given
 
 
 @dataclass(frozen=True, slots=True)

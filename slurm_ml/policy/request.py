@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from slurm_ml.gres import slurm_gpu_total
 from slurm_ml.model import GpuRequest
 
 #: ``--time-min=0`` reaches job_submit as INFINITE on 22.05 (Slurm reads "0" as "no
@@ -72,21 +73,9 @@ class JobRequest:
         --gpus-per-node=8 --gpus-per-task=1`` is 8 GPUs, not 16. Different GPU types
         are different records and add up.
         """
-        records: dict[str | None, dict[str, int]] = {}
-        for g in self.gpus:
-            rec = records.setdefault(g.gpu_type, {})
-            rec[g.per] = rec.get(g.per, 0) + g.count
-        total = 0
-        for rec in records.values():
-            if rec.get("job"):
-                total += rec["job"]
-            elif rec.get("node"):
-                total += rec["node"] * (self.min_nodes or 1)
-            elif rec.get("socket"):
-                return None
-            elif rec.get("task"):
-                total += rec["task"] * (self.num_tasks or 1)
-        return total
+        return slurm_gpu_total(((g.gpu_type, g.per, g.count) for g in self.gpus),
+                               nodes=self.min_nodes or 1, tasks=self.num_tasks or 1,
+                               sockets_per_node=None)
 
 _KEY = re.compile(r"(?:^|[\s,;])(?P<key>[A-Za-z_][\w]*)(?:=(?P<value>[^\s,;]*))?")
 

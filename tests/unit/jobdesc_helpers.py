@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_ml.gres import slurm_gpu_total
 from slurm_ml.submitd.wire import NO_VAL, NO_VAL16, normalize
 
 _GPU_ITEM = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[A-Za-z][\w.\-]*))?(?:[:=](?P<count>\d+))?$")
@@ -38,21 +39,8 @@ def total_gpus(job: Mapping[str, Any]) -> int | None:
     Per GPU type, the first of per job, per node (times nodes), per socket, per task
     (times tasks) that is given decides the count (Slurm's gres_select_util.c).
     """
-    nodes = job.get("min_nodes") or 1
-    tasks = job.get("num_tasks") or 1
-    scopes: dict[str | None, dict[str, int]] = {}
-    for scope in ("job", "node", "socket", "task"):
-        for gtype, count in gpu_items(job.get(f"tres_per_{scope}")):
-            rec = scopes.setdefault(gtype, {})
-            rec[scope] = rec.get(scope, 0) + count
-    total = 0
-    for rec in scopes.values():
-        if rec.get("job"):
-            total += rec["job"]
-        elif rec.get("node"):
-            total += rec["node"] * nodes
-        elif rec.get("socket"):
-            return None
-        elif rec.get("task"):
-            total += rec["task"] * tasks
-    return total
+    return slurm_gpu_total(((gtype, scope, count)
+                            for scope in ("job", "node", "socket", "task")
+                            for gtype, count in gpu_items(job.get(f"tres_per_{scope}"))),
+                           nodes=job.get("min_nodes") or 1, tasks=job.get("num_tasks") or 1,
+                           sockets_per_node=None)
