@@ -411,11 +411,7 @@ class ReplayProbe:
     def from_dir(cls, path: str | Path) -> ReplayProbe:
         """Read every capture in directory ``path`` (sorted by name); see the module doc."""
         root = Path(path)
-        try:
-            entries = sorted(root.iterdir(), key=lambda p: p.name)
-        except OSError as exc:
-            raise CaptureError(f"{root}: cannot list the directory: {exc.strerror or exc}") from exc
-        files = [p for p in entries if not p.name.startswith(".") and not p.is_dir()]
+        files = _dir_files(root)
         if not files:
             raise CaptureError(f"{root}: no capture files in the directory")
         return cls.from_files(files)
@@ -427,12 +423,7 @@ class ReplayProbe:
         files: list[Path] = []
         for item in (Path(p) for p in paths):
             if item.is_dir():
-                try:
-                    entries = sorted(item.iterdir(), key=lambda p: p.name)
-                except OSError as exc:
-                    raise CaptureError(f"{item}: cannot list the directory: "
-                                       f"{exc.strerror or exc}") from exc
-                files += [p for p in entries if not p.name.startswith(".") and not p.is_dir()]
+                files += _dir_files(item)
             elif item.exists():
                 files.append(item)
             else:
@@ -462,6 +453,16 @@ class ReplayProbe:
             xids=xids,
             kernel_events=kernel,
         )
+
+
+def _dir_files(root: Path) -> list[Path]:
+    """The capture files of a directory, in name order: dot-files and sub-directories
+    skipped (see the module doc)."""
+    try:
+        entries = sorted(root.iterdir(), key=lambda p: p.name)
+    except OSError as exc:
+        raise CaptureError(f"{root}: cannot list the directory: {exc.strerror or exc}") from exc
+    return [p for p in entries if not p.name.startswith(".") and not p.is_dir()]
 
 
 def _read(path: Path) -> str:

@@ -67,9 +67,7 @@ class HealthInputError(ValueError):
 
 def infer_expectations(snap: NodeSnapshot) -> Expectations:
     """What a healthy node looks like, judged from the snapshot alone (module doc)."""
-    attached = snap.attached_gpus
-    count = (attached if isinstance(attached, int) and not isinstance(attached, bool)
-             else len(snap.gpus))
+    count = gpu_count(snap)
     listed = [g.nvlinks for g in snap.gpus if isinstance(g.nvlinks, tuple)]
     links = max((sum(1 for link in t if link.active is True) for t in listed), default=0)
     if links == 0 and any(not any(link.active is NOT_SUPPORTED for link in t) for t in listed):

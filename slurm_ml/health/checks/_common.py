@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from slurm_ml.health.checks.expect import Expectations, Thresholds
 from slurm_ml.health.checks.findings import Finding, Severity
-from slurm_ml.health.snapshot import NOT_SUPPORTED, Gpu, Reading
+from slurm_ml.health.snapshot import NOT_SUPPORTED, Gpu, NodeSnapshot, Reading, bus_key
 
 #: Strings a parser may have left where it meant "not supported".
 _NA_TEXT = frozenset({"n/a", "na", "not supported", "notsupported", "[n/a]", "[not supported]"})
@@ -44,6 +44,17 @@ def ids(gpu: Gpu) -> dict[str, object]:
         t = text(value)
         if t is not None:
             out[key] = t
+    return out
+
+
+def gpus_by_bus(snap: NodeSnapshot) -> dict[tuple[int, int, int], Gpu]:
+    """The snapshot's GPUs by PCI address (``bus_key``): how a kernel-log event, which
+    names an address, finds its GPU. The first GPU listed at an address wins."""
+    out: dict[tuple[int, int, int], Gpu] = {}
+    for g in snap.gpus:
+        key = bus_key(g.pci_bus_id)
+        if key is not None:
+            out.setdefault(key, g)
     return out
 
 

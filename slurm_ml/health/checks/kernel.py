@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from slurm_ml.health.checks._common import Out, label
+from slurm_ml.health.checks._common import Out, gpus_by_bus, label
 from slurm_ml.health.checks.findings import Severity
 from slurm_ml.health.snapshot import Gpu, KernelEvent, NodeSnapshot, bus_key
 
@@ -68,11 +68,7 @@ def kernel_events(snap: NodeSnapshot, scope: Collection[int], since: float | Non
     the same GPU is that Xid's own text: the Xid finding carries it."""
     if snap.kernel_events is None:
         return  # no kernel log read: the xid check already reports the missing log
-    by_bus: dict[tuple[int, int, int], Gpu] = {}
-    for g in snap.gpus:
-        key = bus_key(g.pci_bus_id)
-        if key is not None:
-            by_bus.setdefault(key, g)
+    by_bus = gpus_by_bus(snap)
     xid79 = {bus_key(e.pci_bus_id) for e in snap.xids or () if e.xid == 79
              and (since is None or e.timestamp is None or e.timestamp >= since)}
     groups: dict[tuple[str, str], list[KernelEvent]] = {}

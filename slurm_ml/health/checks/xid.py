@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from slurm_ml.health.checks._common import Out, join, label
+from slurm_ml.health.checks._common import Out, gpus_by_bus, join, label
 from slurm_ml.health.checks.findings import Severity
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent, bus_key
 
@@ -82,11 +82,7 @@ def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: O
     if snap.xids is None:
         out.miss("xid", None, "xids")
         return
-    by_bus: dict[tuple[int, int, int], Gpu] = {}
-    for g in snap.gpus:
-        key = bus_key(g.pci_bus_id)
-        if key is not None:
-            by_bus.setdefault(key, g)
+    by_bus = gpus_by_bus(snap)
     groups: dict[tuple[int, int, str], list[tuple[XidEvent, Severity, str]]] = {}
     gpu_of: dict[int, Gpu] = {}
     for ev in snap.xids:

@@ -104,6 +104,14 @@ def _is_gpu_line(line: str, kind: str) -> bool:
 _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(\S+?):? GPU-")
 
 
+def _switch_kind(text: str) -> str:
+    """An NVSwitch error is fatal when its text says "fatal" and not "non-fatal" (the
+    kernel's SXid lines and Fabric Manager's "detected NVSwitch [non-]fatal error")."""
+    fatal = (re.search(r"\bfatal\b", text, re.IGNORECASE) is not None
+             and re.search(r"non-fatal", text, re.IGNORECASE) is None)
+    return "nvswitch_fatal" if fatal else "nvswitch_sxid"
+
+
 def parse_kernel_events(text: str) -> tuple[KernelEvent, ...]:
     """Every non-Xid GPU message in ``text`` (dmesg, journal, syslog or bare), in log order.
 
@@ -116,9 +124,7 @@ def parse_kernel_events(text: str) -> tuple[KernelEvent, ...]:
         nvrm = _NVRM.search(line)
         sxid = _SXID.search(line)
         if sxid is not None:
-            fatal = re.search(r"\bfatal\b", line, re.IGNORECASE) and not re.search(
-                r"non-fatal", line, re.IGNORECASE)
-            events.append(KernelEvent(kind="nvswitch_fatal" if fatal else "nvswitch_sxid",
+            events.append(KernelEvent(kind=_switch_kind(line),
                                       pci_bus_id=sxid.group(1).strip() or None,
                                       message=line[sxid.start():].strip()[:300],
                                       timestamp=line_time(line[:sxid.start()]).seconds))
@@ -186,8 +192,7 @@ def parse_fabricmanager_log(text: str) -> tuple[KernelEvent, ...]:
                                       timestamp=line_time(line).seconds))
             break  # one failure is the finding; the unit prints it several ways
     for sx in parse_fabricmanager_errors(text):
-        fatal = sx.message.lower().startswith("fatal")
-        events.append(KernelEvent(kind="nvswitch_fatal" if fatal else "nvswitch_sxid",
+        events.append(KernelEvent(kind=_switch_kind(sx.message),
                                   pci_bus_id=sx.switch_pci, message=sx.message[:300],
                                   timestamp=sx.timestamp))
     return tuple(events)

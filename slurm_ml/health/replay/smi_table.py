@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ml.health.replay.errors import CaptureError
-from slurm_ml.health.replay.smi_q import normalise_pci_bus_id
+from slurm_ml.health.replay.smi_q import _NOT_SUPPORTED_VALUES, _squash, normalise_pci_bus_id
 from slurm_ml.health.snapshot import NOT_SUPPORTED, EccCounts, Gpu, NodeSnapshot, Reading, bus_key
 
 __all__ = ["SOURCE", "looks_like_smi_table", "parse_smi_table"]
@@ -68,7 +68,7 @@ _ERROR_PHRASE = re.compile(
     re.IGNORECASE,
 )
 _MARK = "\x00"  # brackets a placeholder for an error phrase inside a cell
-_NOT_SUPPORTED = frozenset({"n/a", "[n/a]", "not supported", "[not supported]"})
+_NOT_SUPPORTED = _NOT_SUPPORTED_VALUES  # the spellings nvidia-smi -q prints too
 _PERSISTENCE = frozenset({"on", "off", "n/a", "tcc", "wddm", "mcdm"})
 _INDEX = re.compile(r"\s*(\d{1,4})\s+(\S.*?)\s*")
 _MEMORY = re.compile(
@@ -174,7 +174,7 @@ def _bus_id(raw: str) -> str:
 
 
 def _memory(raw: str) -> tuple[Reading[int], Reading[int]]:
-    if " ".join(raw.split()).lower() in _NOT_SUPPORTED:
+    if _squash(raw) in _NOT_SUPPORTED:
         return NOT_SUPPORTED, NOT_SUPPORTED
     m = _MEMORY.search(raw)
     if m is None or _ERROR_PHRASE.search(raw):
