@@ -134,9 +134,8 @@ def effective_ratio(pos: AllocationPosition) -> float | None:
 
 def starving_reason(reason: str) -> bool:
     """Whether a pending reason is one that freeing GPUs can end (see STARVED_REASONS);
-    a maintenance reservation never is, whatever code it comes with."""
-    if "maintenance" in reason.lower():  # "ReqNodeNotAvail, Reserved for maintenance"
-        return False
+    a maintenance reservation never is, whatever code it comes with (policy.pending
+    reads it as ReqNodeNotAvail)."""
     return pending.starving(reason)
 
 
