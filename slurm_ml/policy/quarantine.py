@@ -180,7 +180,7 @@ def may_drain(node: str, node_class: str, class_size: int, *, history: Iterable[
               resets: Mapping[Scope, datetime] | None = None) -> DrainVerdict:
     """Whether the class breaker lets slurm-ml drain ``node`` now; trips it when not.
 
-    ``resets``: the last reset of each scope (``hooks.history.last_resets``)."""
+    ``resets``: the last reset of each scope (``store.audit_log.last_resets``)."""
     scope = Scope.of_class(node_class)
     if any(a.check is None and a.node_class == node_class for a in alarms):
         return DrainVerdict(False, f"circuit breaker open for node class {node_class}: "

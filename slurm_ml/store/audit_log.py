@@ -29,7 +29,7 @@ from typing import Any
 from slurm_ml.config import Config
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import Alarm, DrainEvent, Scope, owned
-from slurm_ml.policy.repairs import FINDING_SEVERITIES
+from slurm_ml.policy.repairs import FINDING_SEVERITIES, PASS_CHECK
 from slurm_ml.store.records import AuditEntry, HealthEvent
 
 __all__ = [
@@ -50,8 +50,7 @@ __all__ = [
 ]
 
 DRAIN, RESUME, TRIP, RESET = "drain", "resume", "breaker.trip", "breaker.reset"
-#: The health event a clean periodic check records (severity "pass").
-PASS_CHECK = "health.pass"
+#: PASS_CHECK: the health event a clean periodic check records (policy.repairs' one name).
 _DRAINING = FINDING_SEVERITIES  # the severities that drain (now or after the job)
 
 
