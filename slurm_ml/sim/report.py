@@ -45,8 +45,10 @@ def check_report_deps(dir: Path | None = None) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot  # the charts need pyplot, not just the package
     except Exception as exc:  # ImportError, or a broken install failing on import
-        return (f"the report's charts need matplotlib, which failed to import "
-                f"({type(exc).__name__}: {exc}): {INSTALL_HINT}")
+        return (
+            f"the report's charts need matplotlib, which failed to import "
+            f"({type(exc).__name__}: {exc}): {INSTALL_HINT}"
+        )
     if dir is not None:
         probe = dir
         while not probe.exists() and probe != probe.parent:
@@ -62,8 +64,10 @@ def _fix_for(exc: BaseException) -> str:
     """What the reader can do about a chart that failed with ``exc``."""
     if isinstance(exc, ImportError):
         return INSTALL_HINT
-    return ("the numbers above are unaffected; please report this (the full traceback is "
-            "logged at DEBUG by slurm_ml.sim.report)")
+    return (
+        "the numbers above are unaffected; please report this (the full traceback is "
+        "logged at DEBUG by slurm_ml.sim.report)"
+    )
 
 
 def _failure(what: str, exc: BaseException) -> dict[str, str]:
@@ -73,8 +77,11 @@ def _failure(what: str, exc: BaseException) -> dict[str, str]:
 
 
 def _note(failure: Mapping[str, str]) -> str:
-    return (f'<p class="note">Could not draw {escape(failure["what"])}: '
-            f'<code>{escape(failure["error"])}</code>. {escape(failure["fix"])}.</p>')
+    return (
+        f'<p class="note">Could not draw {escape(failure["what"])}: '
+        f"<code>{escape(failure['error'])}</code>. {escape(failure['fix'])}.</p>"
+    )
+
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
@@ -112,10 +119,14 @@ def _policy_data(r: SimResult, s: Summary) -> dict[str, Any]:
     return out
 
 
-def report_data(results: Sequence[SimResult], summaries: Sequence[Summary], *, title: str,
-                scenario: Mapping[str, object],
-                chart_failures: Mapping[str, Mapping[str, str]] | None = None
-                ) -> dict[str, Any]:
+def report_data(
+    results: Sequence[SimResult],
+    summaries: Sequence[Summary],
+    *,
+    title: str,
+    scenario: Mapping[str, object],
+    chart_failures: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
     """What report.json holds: the scenario, then per policy its summary and targets, the
     charts drawn and, for each chart that was not, what failed and what to do."""
     failed = chart_failures or {}
@@ -129,19 +140,29 @@ def report_data(results: Sequence[SimResult], summaries: Sequence[Summary], *, t
 
 
 #: A cell that reads as a number (a count, 1,234.5, 95.8%, 300 s, >= 0.95, "-"): right-aligned.
-_NUMERIC = re.compile(r"^(?:[<>]=\s*)?(?:-|[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?\s*(?:%|s|x)?)"
-                      r"(?:\s+(?:PASS|FAIL))?$")
+_NUMERIC = re.compile(
+    r"^(?:[<>]=\s*)?(?:-|[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?\s*(?:%|s|x)?)"
+    r"(?:\s+(?:PASS|FAIL))?$"
+)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
-           classes: Sequence[Sequence[str]] | None = None) -> str:
-    out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in header),
-           "</tr></thead><tbody>"]
+def _table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    classes: Sequence[Sequence[str]] | None = None,
+) -> str:
+    out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in header), "</tr></thead><tbody>"]
     for i, row in enumerate(rows):
         cells = []
         for j, c in enumerate(row):
-            cls = " ".join(x for x in (classes[i][j] if classes else "",
-                                       "num" if j and _NUMERIC.match(c) else "") if x)
+            cls = " ".join(
+                x
+                for x in (
+                    classes[i][j] if classes else "",
+                    "num" if j and _NUMERIC.match(c) else "",
+                )
+                if x
+            )
             attr = f' class="{escape(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{escape(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
@@ -158,37 +179,76 @@ def _pct(x: float | None) -> str:
 
 
 def _scenario_table(scenario: Mapping[str, object]) -> str:
-    return _table(["knob", "value"],
-                  [[str(k), v if isinstance(v, str) else json.dumps(_jsonable(v))]
-                   for k, v in scenario.items()])
+    return _table(
+        ["knob", "value"],
+        [
+            [str(k), v if isinstance(v, str) else json.dumps(_jsonable(v))]
+            for k, v in scenario.items()
+        ],
+    )
 
 
 def _targets_table(summaries: Sequence[Summary]) -> str:
     rows, classes = [], []
     for s in summaries:
         for c in targets(s):
-            rows.append([s.policy, c.name, "-" if c.value is None else f"{c.value:.4g}",
-                         f"{c.op} {c.threshold:g}", "PASS" if c.passed else "FAIL",
-                         c.explanation])
+            rows.append(
+                [
+                    s.policy,
+                    c.name,
+                    "-" if c.value is None else f"{c.value:.4g}",
+                    f"{c.op} {c.threshold:g}",
+                    "PASS" if c.passed else "FAIL",
+                    c.explanation,
+                ]
+            )
             classes.append(["", "", "", "", "pass" if c.passed else "fail", ""])
     return _table(["policy", "target", "value", "bound", "result", "why"], rows, classes)
 
 
 def _side_by_side(summaries: Sequence[Summary]) -> str:
-    return _table(["metric", *(s.policy for s in summaries)],
-                  [[label, *cells] for label, cells in comparison_rows(summaries)])
+    return _table(
+        ["metric", *(s.policy for s in summaries)],
+        [[label, *cells] for label, cells in comparison_rows(summaries)],
+    )
 
 
 def _teams_table(s: Summary) -> str:
     return _table(
-        ["team", "share (GPUs)", "owed (GPU-h)", "delivered (GPU-h)", "delivered/owed",
-         "mean ratio after warm-up", "time with demand >= share", "enough demand",
-         "jobs", "finished", "GPU-h run", "slowdown p50", "slowdown p90"],
-        [[t.team, _num(t.share_gpus, 1), _num(t.owed_gpu_h, 1),
-          _num(t.delivered_gpu_h, 1), _pct(t.ratio), _pct(t.ratio_mean),
-          _pct(t.demand_frac), "yes" if t.enough_demand else "no", str(t.jobs),
-          str(t.finished), _num(t.gpu_h_run, 1), _num(t.slowdown_p50),
-          _num(t.slowdown_p90)] for t in s.teams])
+        [
+            "team",
+            "share (GPUs)",
+            "owed (GPU-h)",
+            "delivered (GPU-h)",
+            "delivered/owed",
+            "mean ratio after warm-up",
+            "time with demand >= share",
+            "enough demand",
+            "jobs",
+            "finished",
+            "GPU-h run",
+            "slowdown p50",
+            "slowdown p90",
+        ],
+        [
+            [
+                t.team,
+                _num(t.share_gpus, 1),
+                _num(t.owed_gpu_h, 1),
+                _num(t.delivered_gpu_h, 1),
+                _pct(t.ratio),
+                _pct(t.ratio_mean),
+                _pct(t.demand_frac),
+                "yes" if t.enough_demand else "no",
+                str(t.jobs),
+                str(t.finished),
+                _num(t.gpu_h_run, 1),
+                _num(t.slowdown_p50),
+                _num(t.slowdown_p90),
+            ]
+            for t in s.teams
+        ],
+    )
 
 
 def _section(heading: str, body: Callable[[], str]) -> str:
@@ -203,18 +263,26 @@ def _section(heading: str, body: Callable[[], str]) -> str:
 def _figure(name: str, caption: str, failure: Mapping[str, str] | None) -> str:
     if failure is not None:
         return f"<figure>{_note(failure)}<figcaption>{escape(caption)}</figcaption></figure>"
-    return (f'<figure><img src="{escape(name)}" alt="{escape(caption)}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure><img src="{escape(name)}" alt="{escape(caption)}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
 
 
-def render_html(summaries: Sequence[Summary], *, title: str, scenario: Mapping[str, object],
-                charts: Sequence[tuple[str, str]],
-                chart_failures: Mapping[str, Mapping[str, str]] | None = None) -> str:
+def render_html(
+    summaries: Sequence[Summary],
+    *,
+    title: str,
+    scenario: Mapping[str, object],
+    charts: Sequence[tuple[str, str]],
+    chart_failures: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
     """The page: scenario, targets, the side-by-side table, per-team tables, charts (or,
     for a chart in ``chart_failures``, a note saying what failed and what to do)."""
     failed = chart_failures or {}
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         _section("Scenario", lambda: _scenario_table(scenario)),
@@ -225,13 +293,17 @@ def render_html(summaries: Sequence[Summary], *, title: str, scenario: Mapping[s
         parts.append(_section(f"Teams under {s.policy}", functools.partial(_teams_table, s)))
     parts.append("<h2>Charts</h2>")
     parts += [_figure(name, caption, failed.get(name)) for name, caption in charts]
-    parts += ["<h2>How the numbers are defined</h2>",
-              f"<pre>{escape(metrics.__doc__ or '')}</pre>", "</body></html>"]
+    parts += [
+        "<h2>How the numbers are defined</h2>",
+        f"<pre>{escape(metrics.__doc__ or '')}</pre>",
+        "</body></html>",
+    ]
     return "\n".join(parts) + "\n"
 
 
-def _draw_all(dir: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
-              ) -> dict[str, dict[str, str]]:
+def _draw_all(
+    dir: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
+) -> dict[str, dict[str, str]]:
     """Draw every chart; return, per chart that could not be drawn, what failed."""
     failed: dict[str, dict[str, str]] = {}
     for name, caption, draw in CHARTS:
@@ -250,8 +322,14 @@ def _draw_all(dir: Path, results: Sequence[SimResult], summaries: Sequence[Summa
     return failed
 
 
-def write_report(dir: Path, results: Sequence[SimResult], summaries: Sequence[Summary], *,
-                 title: str, scenario: Mapping[str, object]) -> Path:
+def write_report(
+    dir: Path,
+    results: Sequence[SimResult],
+    summaries: Sequence[Summary],
+    *,
+    title: str,
+    scenario: Mapping[str, object],
+) -> Path:
     """Write report.json, the PNG charts and index.html into ``dir``; return the page.
 
     Raises ValueError only for mismatched inputs (a caller's bug, checked before anything
@@ -272,18 +350,24 @@ def write_report(dir: Path, results: Sequence[SimResult], summaries: Sequence[Su
         log.error("report: cannot create %s: %s", dir, exc)
         return page
     failed = _draw_all(dir, results, summaries)
-    data = report_data(results, summaries, title=title, scenario=scenario,
-                       chart_failures=failed)
+    data = report_data(results, summaries, title=title, scenario=scenario, chart_failures=failed)
     try:
-        (dir / "report.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n",
-                                         encoding="utf-8")
+        (dir / "report.json").write_text(
+            json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+        )
     except (OSError, ValueError, TypeError) as exc:
         log.error("report: cannot write %s: %s", dir / "report.json", exc)
     try:
-        page.write_text(render_html(summaries, title=title, scenario=scenario,
-                                    charts=[(name, caption) for name, caption, _ in CHARTS],
-                                    chart_failures=failed),
-                        encoding="utf-8")
+        page.write_text(
+            render_html(
+                summaries,
+                title=title,
+                scenario=scenario,
+                charts=[(name, caption) for name, caption, _ in CHARTS],
+                chart_failures=failed,
+            ),
+            encoding="utf-8",
+        )
     except OSError as exc:
         log.error("report: cannot write %s: %s", page, exc)
     return page

@@ -39,10 +39,26 @@ def text(s: str) -> str:
 #: Tableau's 20 colours, the ten strong ones first, so up to ten teams get clearly different
 #: hues and the next ten their lighter twins (the same values as matplotlib's tab20).
 PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
-    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
 )
 #: Line markers cycle too; 7 is coprime to 20, so (colour, marker) repeats only after 140
 #: teams, and a strong/light twin pair never shares a marker.
@@ -63,17 +79,23 @@ class TeamStyle:
 def team_styles(summaries: Sequence[Summary]) -> dict[str, TeamStyle]:
     """One style per team (sorted by name), the same in every chart; no matplotlib needed."""
     teams = sorted({t.team for s in summaries for t in s.teams})
-    return {t: TeamStyle(PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)],
-                         HATCHES[(i // len(PALETTE)) % len(HATCHES)])
-            for i, t in enumerate(teams)}
+    return {
+        t: TeamStyle(
+            PALETTE[i % len(PALETTE)],
+            MARKERS[i % len(MARKERS)],
+            HATCHES[(i // len(PALETTE)) % len(HATCHES)],
+        )
+        for i, t in enumerate(teams)
+    }
 
 
 def _hours(t: float, origin: float) -> float:
     return (t - origin) / 3600.0
 
 
-def _team_handles(styles: Mapping[str, TeamStyle], teams: Iterable[str], *, area: bool
-                  ) -> tuple[list[Any], list[str]]:
+def _team_handles(
+    styles: Mapping[str, TeamStyle], teams: Iterable[str], *, area: bool
+) -> tuple[list[Any], list[str]]:
     """Legend proxies for these teams: a marked line, or a (hatched) patch for areas."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -82,27 +104,37 @@ def _team_handles(styles: Mapping[str, TeamStyle], teams: Iterable[str], *, area
     labels: list[str] = []
     for team in sorted(set(teams)):
         st = styles.get(team, TeamStyle("#000000", "", ""))
-        handles.append(Patch(facecolor=st.colour, hatch=st.hatch, edgecolor="white")
-                       if area else Line2D([], [], color=st.colour, marker=st.marker,
-                                           markersize=5, linewidth=1.4))
+        handles.append(
+            Patch(facecolor=st.colour, hatch=st.hatch, edgecolor="white")
+            if area
+            else Line2D([], [], color=st.colour, marker=st.marker, markersize=5, linewidth=1.4)
+        )
         labels.append(text(team))
     return handles, labels
 
 
-def _figure_legend(fig: Any, handles: Sequence[Any], labels: Sequence[str], *,
-                   title: str) -> None:
+def _figure_legend(fig: Any, handles: Sequence[Any], labels: Sequence[str], *, title: str) -> None:
     """One legend for the whole figure, outside every axes, so it never covers a curve."""
     if handles:
-        fig.legend(handles, labels, loc="outside right upper", fontsize=8, title=title,
-                   title_fontsize=8, frameon=False, ncol=1 if len(labels) <= 24 else 2)
+        fig.legend(
+            handles,
+            labels,
+            loc="outside right upper",
+            fontsize=8,
+            title=title,
+            title_fontsize=8,
+            frameon=False,
+            ncol=1 if len(labels) <= 24 else 2,
+        )
 
 
 #: The running ratio is drawn up to this; early on, owed is tiny and ratios spike.
 RATIO_CAP = 3.0
 
 
-def delivered_vs_owed(path: Path, results: Sequence[SimResult],
-                      summaries: Sequence[Summary]) -> None:
+def delivered_vs_owed(
+    path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
+) -> None:
     """Per policy (a row), each team's delivered (solid) and owed (dashed) window GPU-hours
     on the left, and their running ratio on the right, where small gaps are visible. Rows
     share their y-scales, so policies compare by eye."""
@@ -110,14 +142,21 @@ def delivered_vs_owed(path: Path, results: Sequence[SimResult],
     from matplotlib.lines import Line2D
 
     styles = team_styles(summaries)
-    fig, axes = plt.subplots(len(results), 2, figsize=(15, 3.6 * len(results) + 0.8),
-                             squeeze=False, sharex=True, sharey="col", layout="constrained")
+    fig, axes = plt.subplots(
+        len(results),
+        2,
+        figsize=(15, 3.6 * len(results) + 0.8),
+        squeeze=False,
+        sharex=True,
+        sharey="col",
+        layout="constrained",
+    )
     teams: set[str] = set()
     top = 1.2
     for (left, right), r, s in zip(axes, results, summaries, strict=True):
         a, b = s.window
         samples = [x for x in sorted(r.samples, key=lambda x: x.t_s) if a <= x.t_s <= b]
-        shown = samples[::max(1, len(samples) // MAX_POINTS)]
+        shown = samples[:: max(1, len(samples) // MAX_POINTS)]
         mine_teams = sorted({t for x in shown for t in x.owed_gpu_h})
         for n, team in enumerate(mine_teams):
             mine = [x for x in shown if team in x.owed_gpu_h]
@@ -126,23 +165,40 @@ def delivered_vs_owed(path: Path, results: Sequence[SimResult],
             got = [x.delivered_gpu_h.get(team, 0.0) for x in mine]
             st = styles.get(team, TeamStyle("#000000", "", ""))
             every = max(1, len(xs) // 8)
-            marks = {"marker": st.marker, "markersize": 4,
-                     "markevery": ((n * every // len(MARKERS)) % every, every)}
+            marks = {
+                "marker": st.marker,
+                "markersize": 4,
+                "markevery": ((n * every // len(MARKERS)) % every, every),
+            }
             left.plot(xs, got, color=st.colour, linewidth=1.4, **marks)
             left.plot(xs, owed, color=st.colour, linewidth=1.0, linestyle="--")
             pairs = [(x, g / o) for x, g, o in zip(xs, got, owed, strict=True) if o > 0]
-            right.plot([x for x, _ in pairs], [q for _, q in pairs], color=st.colour,
-                       linewidth=1.2, **marks)
+            right.plot(
+                [x for x, _ in pairs],
+                [q for _, q in pairs],
+                color=st.colour,
+                linewidth=1.2,
+                **marks,
+            )
             top = max(top, *(q * 1.05 for _, q in pairs)) if pairs else top
         teams.update(mine_teams)
         if not mine_teams:
-            left.text(0.5, 0.5, "no owed/delivered samples", ha="center", va="center",
-                      transform=left.transAxes)
-        left.set_title(f"{text(s.policy)}: delivered (solid) vs owed (dashed), window "
-                       "totals so far", fontsize=10)
+            left.text(
+                0.5,
+                0.5,
+                "no owed/delivered samples",
+                ha="center",
+                va="center",
+                transform=left.transAxes,
+            )
+        left.set_title(
+            f"{text(s.policy)}: delivered (solid) vs owed (dashed), window totals so far",
+            fontsize=10,
+        )
         left.set_ylabel("GPU-hours in the\nbudget window")
-        right.set_title(f"{text(s.policy)}: running ratio delivered / owed "
-                        "(shaded: warm-up)", fontsize=10)
+        right.set_title(
+            f"{text(s.policy)}: running ratio delivered / owed (shaded: warm-up)", fontsize=10
+        )
         right.set_ylabel("running delivered / owed")
         right.axhline(1.0, color="black", linewidth=0.8)
         right.axhline(0.95, color="grey", linestyle=":", linewidth=1)
@@ -158,9 +214,11 @@ def delivered_vs_owed(path: Path, results: Sequence[SimResult],
         ax.set_xlabel("simulated time since the window start (hours)")
     handles, labels = _team_handles(styles, teams, area=False)
     if handles:
-        handles += [Line2D([], [], color="black", linewidth=1.4),
-                    Line2D([], [], color="black", linewidth=1.0, linestyle="--"),
-                    Line2D([], [], color="grey", linestyle=":", linewidth=1)]
+        handles += [
+            Line2D([], [], color="black", linewidth=1.4),
+            Line2D([], [], color="black", linewidth=1.0, linestyle="--"),
+            Line2D([], [], color="grey", linestyle=":", linewidth=1),
+        ]
         labels += ["delivered", "owed", "95% of owed"]
     _figure_legend(fig, handles, labels, title="team")
     fig.savefig(path, dpi=90)
@@ -174,8 +232,9 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
     from matplotlib.lines import Line2D
 
     kinds = [*CLASSES, ALL]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False, sharex=True, sharey=True,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        2, 2, figsize=(12, 8), squeeze=False, sharex=True, sharey=True, layout="constrained"
+    )
     colours = {s.policy: PALETTE[i % len(PALETTE)] for i, s in enumerate(summaries)}
     for ax, kind in zip(axes.flat, kinds, strict=True):
         counts: dict[str, int] = {}
@@ -184,12 +243,18 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
             jobs = [j for j in r.jobs if a <= j.submit_s <= b and kind in (ALL, j.kind)]
             if not jobs:
                 continue
-            waits = sorted(max(1.0, j.wait_s if j.wait_s is not None else r.end_s - j.submit_s)
-                           for j in jobs)
+            waits = sorted(
+                max(1.0, j.wait_s if j.wait_s is not None else r.end_s - j.submit_s) for j in jobs
+            )
             step = max(1, len(waits) // MAX_POINTS)
             idx = [*range(0, len(waits), step), len(waits) - 1]
-            ax.step([waits[i] for i in idx], [(i + 1) / len(waits) for i in idx], where="post",
-                    color=colours[s.policy], linewidth=1.5)
+            ax.step(
+                [waits[i] for i in idx],
+                [(i + 1) / len(waits) for i in idx],
+                where="post",
+                color=colours[s.policy],
+                linewidth=1.5,
+            )
             counts[s.policy] = len(jobs)
         if len(set(counts.values())) == 1:
             n = f"n={next(iter(counts.values()))} per policy"
@@ -202,25 +267,34 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
         if kind == CLASSES[0]:
             ax.axvline(60, color="grey", linestyle=":", linewidth=1)
         if not counts:
-            ax.text(0.5, 0.5, "no jobs of this class", ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(
+                0.5, 0.5, "no jobs of this class", ha="center", va="center", transform=ax.transAxes
+            )
     for ax in axes[-1]:
         ax.set_xlabel("queue wait (s, log scale; under 1 s drawn at 1 s)")
     for ax in axes[:, 0]:
         ax.set_ylabel("fraction of jobs waiting at most x")
-    handles: list[Any] = [Line2D([], [], color=colours[s.policy], linewidth=1.5)
-                          for s in summaries]
+    handles: list[Any] = [Line2D([], [], color=colours[s.policy], linewidth=1.5) for s in summaries]
     labels = [text(s.policy) for s in summaries]
     handles.append(Line2D([], [], color="grey", linestyle=":", linewidth=1))
     labels.append("60 s debug target")
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(6, len(labels)),
-               fontsize=9, frameon=False, title="policy", title_fontsize=9)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=min(6, len(labels)),
+        fontsize=9,
+        frameon=False,
+        title="policy",
+        title_fontsize=9,
+    )
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def binned_busy(result: SimResult, window: tuple[float, float], bins: int
-                ) -> tuple[list[float], dict[str, list[float]]]:
+def binned_busy(
+    result: SimResult, window: tuple[float, float], bins: int
+) -> tuple[list[float], dict[str, list[float]]]:
     """Bin edges and each team's time-weighted mean busy GPUs per bin over the window."""
     a, b = window
     bins = max(1, bins)
@@ -237,8 +311,10 @@ def binned_busy(result: SimResult, window: tuple[float, float], bins: int
             for team, gpus in s.busy_gpus.items():
                 acc.setdefault(team, [0.0] * bins)[i] += gpus * seg
             lo, i = cut, i + 1
-    means = {t: [v / c if c > 0 else 0.0 for v, c in zip(vals, cover, strict=True)]
-             for t, vals in acc.items()}
+    means = {
+        t: [v / c if c > 0 else 0.0 for v, c in zip(vals, cover, strict=True)]
+        for t, vals in acc.items()
+    }
     return [a + i * width for i in range(bins + 1)], means
 
 
@@ -247,8 +323,15 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
     share one y-scale."""
     plt = _pyplot()
     styles = team_styles(summaries)
-    fig, axes = plt.subplots(len(results), 1, figsize=(13, 3.4 * len(results) + 0.8),
-                             squeeze=False, sharex=True, sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        len(results),
+        1,
+        figsize=(13, 3.4 * len(results) + 0.8),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        layout="constrained",
+    )
     teams: set[str] = set()
     for ax, r, s in zip(axes[:, 0], results, summaries, strict=True):
         a = s.window[0]
@@ -258,20 +341,31 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
         for team in sorted(busy):
             st = styles.get(team, TeamStyle("#000000", "", ""))
             top = [lo + v for lo, v in zip(base, busy[team], strict=True)]
-            ax.fill_between(xs, [*base, base[-1]], [*top, top[-1]], step="post",
-                            facecolor=st.colour, hatch=st.hatch, edgecolor="white",
-                            linewidth=0)
+            ax.fill_between(
+                xs,
+                [*base, base[-1]],
+                [*top, top[-1]],
+                step="post",
+                facecolor=st.colour,
+                hatch=st.hatch,
+                edgecolor="white",
+                linewidth=0,
+            )
             base = top
         teams.update(busy)
         ax.axhline(r.cluster_gpus, color="black", linestyle="--", linewidth=1)
         occ = "-" if s.occupancy is None else f"{s.occupancy * 100:.1f}%"
-        ax.set_title(f"{text(s.policy)}: busy GPUs by team (dashed: {r.cluster_gpus} GPUs; "
-                     f"occupancy {occ})", fontsize=10)
+        ax.set_title(
+            f"{text(s.policy)}: busy GPUs by team (dashed: {r.cluster_gpus} GPUs; occupancy {occ})",
+            fontsize=10,
+        )
         ax.set_ylabel("busy GPUs")
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylim(0, max(1, *(r.cluster_gpus for r in results)) * 1.05)
     axes[-1, 0].set_xlabel("simulated time since the window start (hours)")
-    _figure_legend(fig, *_team_handles(styles, teams, area=True), title="team")
+    handles, labels = _team_handles(styles, teams, area=True)
+    # Top to bottom like the stack: the first team is drawn at the bottom.
+    _figure_legend(fig, handles[::-1], labels[::-1], title="team")
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
@@ -280,8 +374,7 @@ Draw = Callable[[Path, Sequence[SimResult], Sequence[Summary]], None]
 
 #: File name, what it shows (the page's caption and alt text), and how it is drawn.
 CHARTS: tuple[tuple[str, str, Draw], ...] = (
-    ("delivered_vs_owed.png", "Delivered vs owed GPU-hours per team over time",
-     delivered_vs_owed),
+    ("delivered_vs_owed.png", "Delivered vs owed GPU-hours per team over time", delivered_vs_owed),
     ("wait_cdf.png", "Queue wait CDFs per job class and policy", wait_cdfs),
     ("occupancy.png", "GPU occupancy over time, stacked by team", occupancy),
 )

@@ -22,8 +22,14 @@ V = TypeVar("V")
 Written = tuple[Path, list[SimResult], list[Summary]]
 
 PNG = b"\x89PNG\r\n\x1a\n"
-SCENARIO: dict[str, object] = {"trace": "philly.csv", "scale": 2.5, "weights": {"a": 1},
-                               "span": (0, 1000), "bad": float("nan"), "path": Path("/x")}
+SCENARIO: dict[str, object] = {
+    "trace": "philly.csv",
+    "scale": 2.5,
+    "weights": {"a": 1},
+    "span": (0, 1000),
+    "bad": float("nan"),
+    "path": Path("/x"),
+}
 
 
 def hostile(policy: str) -> SimResult:
@@ -35,12 +41,20 @@ def hostile(policy: str) -> SimResult:
 
     r = tiny(policy)
     return dataclasses.replace(
-        r, jobs=tuple(dataclasses.replace(j, team=names[j.team]) for j in r.jobs),
-        samples=tuple(dataclasses.replace(
-            x, busy_gpus=rename(x.busy_gpus), pending_gpus=rename(x.pending_gpus),
-            owed_gpu_h=rename(x.owed_gpu_h), delivered_gpu_h=rename(x.delivered_gpu_h))
-            for x in r.samples),
-        team_weights=rename(r.team_weights))
+        r,
+        jobs=tuple(dataclasses.replace(j, team=names[j.team]) for j in r.jobs),
+        samples=tuple(
+            dataclasses.replace(
+                x,
+                busy_gpus=rename(x.busy_gpus),
+                pending_gpus=rename(x.pending_gpus),
+                owed_gpu_h=rename(x.owed_gpu_h),
+                delivered_gpu_h=rename(x.delivered_gpu_h),
+            )
+            for x in r.samples
+        ),
+        team_weights=rename(r.team_weights),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +72,24 @@ def test_report_json_round_trips_the_numbers(written: Written) -> None:
     out, _, summaries = written
     data = json.loads((out / "report.json").read_text())
     assert data["title"] == "Philly <2.5x>"
-    assert data["scenario"] == {"trace": "philly.csv", "scale": 2.5, "weights": {"a": 1},
-                                "span": [0, 1000], "bad": None, "path": "/x"}
+    assert data["scenario"] == {
+        "trace": "philly.csv",
+        "scale": 2.5,
+        "weights": {"a": 1},
+        "span": [0, 1000],
+        "bad": None,
+        "path": "/x",
+    }
     assert [p["policy"] for p in data["policies"]] == ["fifo", "budget<b>"]
     for got, s in zip(data["policies"], summaries, strict=True):
         assert got["summary"] == s.as_dict()
         assert got["summary"]["occupancy"] == s.occupancy
         assert [t["name"] for t in got["targets"]] == [
-            "min ratio (enough demand)", "median team ratio", "debug p90 wait", "occupancy"]
+            "min ratio (enough demand)",
+            "median team ratio",
+            "debug p90 wait",
+            "occupancy",
+        ]
         assert got["targets"][3]["passed"] is False
     assert data["charts"] == [name for name, _, _ in CHARTS]
 
@@ -130,6 +154,8 @@ def test_matplotlib_text_is_literal() -> None:
 
 
 def test_importing_the_report_does_not_import_matplotlib() -> None:
-    code = ("import sys, slurm_ml.sim.report, slurm_ml.sim.metrics; "
-            "sys.exit('matplotlib' in sys.modules)")
+    code = (
+        "import sys, slurm_ml.sim.report, slurm_ml.sim.metrics; "
+        "sys.exit('matplotlib' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
