@@ -63,7 +63,7 @@ def check_report_deps(dir: Path | None = None) -> str | None:
 def _fix_for(exc: BaseException) -> str:
     """What the reader can do about a chart that failed with ``exc``."""
     if isinstance(exc, ImportError):
-        return INSTALL_HINT
+        return f"install it, then rerun: {INSTALL_HINT}"
     return (
         "the numbers above are unaffected; please report this (the full traceback is "
         "logged at DEBUG by slurm_ml.sim.report)"
