@@ -137,9 +137,12 @@ _GLOBS = tuple((_pattern(r.code), r) for r in REASONS if "*" in r.code)
 
 
 def code_of(reason: str) -> str:
-    """Slurm's code in a reason as printed: the text before a comma, without squeue's
-    parentheses; scontrol's underscores are spaces ("Nodes_required_for_job_are_DOWN,")."""
-    return reason.strip().strip("()").split(",", 1)[0].replace("_", " ").strip()
+    """Slurm's code in a reason as printed: the text before a comma or a colon, without
+    squeue's parentheses; scontrol's underscores are spaces
+    ("Nodes_required_for_job_are_DOWN,"). 24.11 prints a requeued run's end as
+    "RaisedSignal:10(User defined signal 1)"."""
+    head = reason.strip().strip("()").split(",", 1)[0].split(":", 1)[0]
+    return head.replace("_", " ").strip()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -236,7 +236,8 @@ def _capture_jobs(version: str) -> list[Job]:
 
 #: What the captures print for pending jobs, and whether each is demand.
 EXPECTED = {"Priority": True, "Resources": True, "None": True, "JobHeldUser": False,
-            "BeginTime": False, "JobArrayTaskLimit": False}
+            "BeginTime": False, "JobArrayTaskLimit": False, "Dependency": False,
+            "JobHeldAdmin": False}
 
 
 @pytest.mark.parametrize("version", ["22.05", "24.11"])
@@ -248,7 +249,7 @@ def test_the_reasons_both_versions_print_are_classified(version: str) -> None:
         assert reason_entry(reason) is not CATCH_ALL, reason
         assert waits_for_gpus(reason) is EXPECTED[reason], reason
     if version == "24.11":
-        assert {"JobArrayTaskLimit", "BeginTime"} <= reasons
+        assert {"JobArrayTaskLimit", "BeginTime", "Dependency", "JobHeldAdmin"} <= reasons
 
 
 @pytest.mark.parametrize("version", ["22.05", "24.11"])
