@@ -5,12 +5,16 @@ The loaders live in this package's modules, one per file family (:mod:`.csv_jobs
 callers import from. A spec is ``KIND[:PATH][?KEY=VALUE&...]``, e.g. ``philly``,
 ``philly:/data/philly.csv``, ``gavel:/data/seed=1?fallback=nearest``,
 ``pollux?duration_s=3600``. Without a PATH the kind's file in the traces shipped with
-the package is used (see :func:`default_data_dir`).
+the package is used (see :func:`default_data_dir`). ``slurmdb?start=2026-11-01&end=
+2026-12-01`` (or ``?days=30``, up to now) reads the site's own slurmdbd instead: a shadow
+run of last month (:mod:`.slurmdb`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,6 +37,8 @@ from slurm_ml.sim.traces.csv_jobs import (
     load_tiresias,
 )
 from slurm_ml.sim.traces.gavel import FALLBACKS, NO_THROUGHPUT, load_gavel
+from slurm_ml.sim.traces.slurmdb import load_slurmdb
+from slurm_ml.slurm.protocol import SlurmClient
 
 __all__ = [
     "CALIBRATION",
@@ -56,6 +62,7 @@ __all__ = [
     "load_gavel",
     "load_philly",
     "load_pollux_workload",
+    "load_slurmdb",
     "load_tiresias",
     "load_trace",
     "load_vc_nodes",
@@ -83,7 +90,10 @@ _OPTIONS: Mapping[str, tuple[str, ...]] = {
     "chronus": (),
     "tiresias": ("team",),
     "pollux": ("duration_s", "team"),
+    "slurmdb": ("start", "end", "days"),
 }
+#: Kinds read from a live system, not a file: no PATH.
+LIVE_KINDS = ("slurmdb",)
 
 
 #: The traces the package ships (``slurm_ml/data/``, origins in its SOURCES.md).
@@ -112,12 +122,18 @@ def parse_spec(spec: str) -> tuple[str, Path, dict[str, str]]:
     head, _, query = spec.strip().partition("?")
     kind, sep, raw_path = head.partition(":")
     kind = kind.strip().lower()
-    if kind not in DEFAULT_PATHS:
-        known = ", ".join(DEFAULT_PATHS)
+    if kind in LIVE_KINDS and sep:
+        raise TraceError(f"trace spec {spec!r}: {kind} reads slurmdbd, not a file: "
+                         f"drop ':{raw_path}' (give ?start=...&end=... or ?days=N)")
+    if kind not in DEFAULT_PATHS and kind not in LIVE_KINDS:
+        known = ", ".join((*DEFAULT_PATHS, *LIVE_KINDS))
         raise TraceError(f"trace spec {spec!r}: unknown kind {kind!r} (known: {known})")
     if sep and not raw_path.strip():
         raise TraceError(f"trace spec {spec!r}: empty path after '{kind}:'")
-    path = Path(raw_path.strip()) if sep else default_data_dir() / DEFAULT_PATHS[kind]
+    if kind in LIVE_KINDS:
+        path = Path()
+    else:
+        path = Path(raw_path.strip()) if sep else default_data_dir() / DEFAULT_PATHS[kind]
     options: dict[str, str] = {}
     allowed = ("gpus_per_node", *_OPTIONS[kind])
     for item in filter(None, query.split("&")):
@@ -133,10 +149,19 @@ def parse_spec(spec: str) -> tuple[str, Path, dict[str, str]]:
     return kind, path, options
 
 
-def load_trace(spec: str) -> Trace:
-    """Load the trace a ``--trace`` spec names (see the module docstring)."""
+def load_trace(spec: str, *, slurm: SlurmClient | None = None,
+               now: float | None = None) -> Trace:
+    """Load the trace a ``--trace`` spec names (see the module docstring). ``slurm`` and
+    ``now`` serve ``slurmdb`` (default: the local Slurm commands, the wall clock)."""
     kind, path, options = parse_spec(spec)
     gpn = _number(spec, options, "gpus_per_node", int, DEFAULT_GPUS_PER_NODE)
+    if kind == "slurmdb":
+        start, end = _window(spec, options, time.time() if now is None else now)
+        if slurm is None:
+            from slurm_ml.slurm.client import CliSlurm
+
+            slurm = CliSlurm()
+        return load_slurmdb(slurm, start, end, gpus_per_node=gpn)
     if kind == "philly":
         return load_philly(path, gpus_per_node=gpn)
     if kind == "chronus":
@@ -185,3 +210,34 @@ def _choice(spec: str, options: Mapping[str, str], key: str, allowed: tuple[str,
             f"trace spec {spec!r}: {key}={value!r} (known: {', '.join(allowed)})"
         )
     return value
+
+
+def _instant(spec: str, key: str, value: str) -> int:
+    """Epoch seconds, or an ISO date/time (UTC unless it names its zone)."""
+    if value.isdigit():
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise TraceError(f"trace spec {spec!r}: {key}={value!r} is neither epoch seconds "
+                         "nor an ISO date such as 2026-11-01 or 2026-11-01T08:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
+def _window(spec: str, options: Mapping[str, str], now: float) -> tuple[int, int]:
+    """The slurmdb window: start and end, or the last ``days`` up to now."""
+    end = _instant(spec, "end", options["end"]) if "end" in options else int(now)
+    if "days" in options:
+        if "start" in options:
+            raise TraceError(f"trace spec {spec!r}: give start or days, not both")
+        start = end - int(_number(spec, options, "days", float, 0.0) * 86400)
+    elif "start" in options:
+        start = _instant(spec, "start", options["start"])
+    else:
+        raise TraceError(f"trace spec {spec!r}: say which history to replay: "
+                         "?start=2026-11-01&end=2026-12-01, or ?days=30")
+    if not start < end:
+        raise TraceError(f"trace spec {spec!r}: the window ends before it starts")
+    return start, end
