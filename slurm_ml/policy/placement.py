@@ -130,6 +130,8 @@ def one_node(gpus: int, types: frozenset[str], slots: NodeMap) -> bool:
 
 def fits_now(gpus: int, types: frozenset[str], slots: NodeMap) -> bool:
     """Whether the job could start on the room there is now (a scan: for one question)."""
+    if not slots:  # no room anywhere (``is_starved``'s question for every waiting job)
+        return False
     return Planner(0, slots, ()).fits(gpus, types)
 
 

@@ -74,6 +74,8 @@ class Task:
     run_s: float = 0.0
     requeues: int = 0
     lost_gpu_s: float = 0.0
+    #: the last ``waiting_jobs`` value built for it, as (order, pend_since, value)
+    waiting: tuple[int, float, WaitingJob] | None = None
 
     @property
     def assoc(self) -> tuple[str, str]:
@@ -108,6 +110,8 @@ class SimState:
     preemptions: int = 0  # every requeue: the contracts' and Slurm's QOS preemptions
     qos_preemptions: int = 0  # of which Slurm's: QOS alloc preempting QOS free
     free_running: int = 0  # running QOS free jobs (what an alloc job may preempt)
+    #: the running QOS free jobs, job id -> task, in start order (``running``'s subset)
+    free_tasks: dict[int, Task] = field(default_factory=dict)
 
     def stamp(self, t: float) -> int:
         """Simulated seconds as the policies' epoch seconds."""
@@ -146,7 +150,9 @@ class SimState:
         insort(self.ends, (task.end_at, task.spec.job_id))
         team = task.spec.team
         self.busy[team] = self.busy.get(team, 0) + task.held
-        self.free_running += task.qos == FREE_QOS
+        if task.qos == FREE_QOS:
+            self.free_running += 1
+            self.free_tasks[task.spec.job_id] = task
         assert task.running_job is not None
         self.accrue(task.assoc, task.running_job.billing_gpus)
 
@@ -155,7 +161,9 @@ class SimState:
         i = bisect_left(self.ends, (task.end_at, task.spec.job_id))
         del self.ends[i]
         self.busy[task.spec.team] -= task.held
-        self.free_running -= task.qos == FREE_QOS
+        if task.qos == FREE_QOS:
+            self.free_running -= 1
+            del self.free_tasks[task.spec.job_id]
         assert task.running_job is not None
         self.accrue(task.assoc, -task.running_job.billing_gpus)
 
@@ -230,15 +238,24 @@ def running_footprint(st: SimState, task: Task, until: float | None = None) -> F
 
 
 def waiting_jobs(st: SimState) -> list[WaitingJob]:
-    """The pending queue as the contracts see it, in scheduling order."""
+    """The pending queue as the contracts see it, in scheduling order. A job whose place
+    and pending start are those of the last call gets the same value back: under
+    overload the queue is long and most of it does not move between cycles."""
     out = []
+    append = out.append
     for order, task in enumerate(st.pending):
+        got = task.waiting
+        if got is not None and got[0] == order and got[1] == task.pend_since:
+            append(got[2])
+            continue
         job = task.spec
-        out.append(WaitingJob(
+        value = WaitingJob(
             job_id=job.job_id, account=job.team, user=job.user, qos=task.qos, gpus=job.gpus,
             gpu_types=frozenset() if job.gpu_type is None else frozenset({job.gpu_type}),
             billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
-            reason="Resources", order=order))
+            reason="Resources", order=order)
+        task.waiting = (order, task.pend_since, value)
+        append(value)
     return out
 
 

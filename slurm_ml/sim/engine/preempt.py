@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from slurm_ml.model import FREE_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.state import SimState, Task
 
@@ -28,10 +27,10 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
     cluster = st.cluster
     types = task.types
     on_node: dict[int, list[Task]] = {}
-    for other in st.running.values():
+    for other in st.free_tasks.values():  # the running free jobs, in start order
         # not one that started this instant: Slurm does not start and preempt a job in
         # the same pass (the baseline policies order free work among alloc work)
-        if other.qos != FREE_QOS or other.run_start >= st.now:
+        if other.run_start >= st.now:
             continue
         for n, _ in other.alloc:
             if cluster.type_of[n] in types:

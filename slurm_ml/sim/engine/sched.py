@@ -67,14 +67,18 @@ class Scheduler:
         dead = 0  # type sets of which not even one GPU fits: once all are, stop
         kinds = len({types for _, types in st.pending_shapes})
         no_room: dict[tuple[int, ...], int] = {}  # ... not even by preempting free jobs
+        hopeless = 0  # type sets of which not even a 1-GPU job can preempt its way in
         blocked = started_free = False  # an alloc job found no room; free work started
         for i, task in enumerate(st.pending):
             can_preempt = (self.preempt is not None and st.free_running > 0
                            and task.qos == ALLOC_QOS)
-            if (cluster.free_total == 0 or dead == kinds) and not can_preempt:
-                if st.free_running == 0 or self.preempt is None:
-                    break
-                continue  # a free job: only alloc jobs behind it may still preempt
+            if cluster.free_total == 0 or dead == kinds:
+                if not can_preempt:
+                    if st.free_running == 0 or self.preempt is None:
+                        break
+                    continue  # a free job: only alloc jobs behind it may still preempt
+                if hopeless == kinds and res is not None:
+                    break  # nothing fits, no one can preempt, the reservation is made
             gpus, types = task.spec.gpus, task.types
             alloc: Alloc | None = None
             ends_in_time = res is None or now + task.remaining <= res.at
@@ -95,6 +99,7 @@ class Scheduler:
                 alloc = self._preempt_for(task)
                 if alloc is None:
                     no_room[types] = gpus
+                    hopeless += gpus == 1
                     blocked = True
             if alloc is None:
                 if res is None:
