@@ -241,7 +241,7 @@ def waiting_jobs(st: SimState) -> list[WaitingJob]:
     """The pending queue as the contracts see it, in scheduling order. A job whose place
     and pending start are those of the last call gets the same value back: under
     overload the queue is long and most of it does not move between cycles."""
-    out = []
+    out: list[WaitingJob] = []
     append = out.append
     for order, task in enumerate(st.pending):
         got = task.waiting
