@@ -7,7 +7,10 @@ and compare them by value. No I/O, no clock: that belongs at the edges.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from slurm_ml.gres import slurm_gpu_total
 
@@ -225,3 +228,18 @@ class JobUsage:
 
     def gpu_hours(self) -> float:
         return self.gpus * self.elapsed_s / 3600.0
+
+
+@functools.lru_cache(maxsize=65536)
+def expand_hosts(nodes: str) -> tuple[str, ...]:
+    """A Slurm host list (``gpu[01-03],cpu1``) as node names, by ClusterShell's NodeSet;
+    empty for "", "(null)" or a list it cannot read. Cached: a cycle sees the same few
+    host lists many times, and most are one node."""
+    if not nodes or nodes.startswith("("):
+        return ()
+    if "[" not in nodes and "," not in nodes:
+        return (nodes,)
+    try:
+        return tuple(str(n) for n in NodeSet(nodes, resolver=RESOLVER_NOGROUP))
+    except NodeSetException:
+        return ()

@@ -11,12 +11,10 @@ import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
-
 from slurm_ml.config import Config, FairshareConfig
 from slurm_ml.gres import tres_gpu_type
-from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node
-from slurm_ml.policy.admission import recorded_min_runtime_min
+from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node, expand_hosts
+from slurm_ml.policy.admission import contract_min_runtime_s
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
@@ -40,20 +38,8 @@ def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
     return billing + max(0.0, untyped)
 
 
-@functools.lru_cache(maxsize=65536)
-def expand(nodes: str) -> tuple[str, ...]:
-    """A Slurm host list as node names; empty for "" or "(null)" or a bad list.
-
-    Cached: a cycle sees the same few host lists many times, and most are one node.
-    """
-    if not nodes or nodes.startswith("("):
-        return ()
-    if "[" not in nodes and "," not in nodes:
-        return (nodes,)
-    try:
-        return tuple(str(n) for n in NodeSet(nodes, resolver=RESOLVER_NOGROUP))
-    except NodeSetException:
-        return ()
+#: A Slurm host list as node names (the one reader, in the model layer).
+expand = expand_hosts
 
 
 def job_gpu_type(cfg: Config, job: Job, nodes: Sequence[str] | None = None) -> str | None:
@@ -214,10 +200,7 @@ def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
 def protected_s(job: Job) -> int | None:
     """The job's minimum-runtime contract in seconds: what admission recorded in
     AdminComment, else Slurm's TimeMin (jobs admitted before the record existed)."""
-    minutes = recorded_min_runtime_min(job.admin_comment)
-    if minutes is None:
-        minutes = job.time_min_min
-    return None if minutes is None else minutes * 60
+    return contract_min_runtime_s(job.admin_comment, job.time_min_min)
 
 
 def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:

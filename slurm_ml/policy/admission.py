@@ -98,6 +98,16 @@ def recorded_min_runtime_min(admin_comment: str) -> int | None:
     return value
 
 
+def contract_min_runtime_s(admin_comment: str, time_min_min: int | None) -> int | None:
+    """A job's minimum-runtime contract in seconds, uncapped: what admission recorded in
+    its AdminComment, else Slurm's TimeMin (jobs admitted before the record existed);
+    None when it has neither. The daemon's views and the repair planner read it here."""
+    minutes = recorded_min_runtime_min(admin_comment)
+    if minutes is None:
+        minutes = time_min_min
+    return None if minutes is None else minutes * 60
+
+
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
            now: datetime, *, routing: bool = True, update: bool = False,
            asked_qos: str | None = None) -> AdmissionDecision:

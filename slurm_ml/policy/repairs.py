@@ -19,18 +19,15 @@ Pure: the clock, the nodes, the jobs, the findings and the breakers' history com
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
-
 from slurm_ml.config import Config, ContractsConfig
-from slurm_ml.model import Job, JobState, Node
-from slurm_ml.policy.admission import recorded_min_runtime_min
+from slurm_ml.model import Job, JobState, Node, expand_hosts
+from slurm_ml.policy.admission import contract_min_runtime_s
 from slurm_ml.policy.quarantine import (
     OWNED_PREFIX,
     Alarm,
@@ -186,25 +183,12 @@ def maintenance_match(reason: str, patterns: Sequence[str]) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=65536)
-def _hosts(nodes: str) -> tuple[str, ...]:
-    if not nodes or nodes.startswith("("):
-        return ()
-    try:
-        return tuple(str(n) for n in NodeSet(nodes, resolver=RESOLVER_NOGROUP))
-    except NodeSetException:
-        return ()
-
-
 def protected_until(job: Job, cfg: ContractsConfig) -> int:
-    """When ``job``'s protected runtime ends (epoch): what admission recorded, else its
-    --time-min, capped by ``min_runtime_cap_min``; unknown: the cap."""
-    minutes = recorded_min_runtime_min(job.admin_comment)
-    if minutes is None:
-        minutes = job.time_min_min
+    """When ``job``'s protected runtime ends (epoch): its contract, capped by
+    ``min_runtime_cap_min``; unknown: the cap."""
     cap = int(cfg.min_runtime_cap_min * 60)
-    protected = cap if minutes is None else min(minutes * 60, cap)
-    return (job.start_time or 0) + protected
+    contract = contract_min_runtime_s(job.admin_comment, job.time_min_min)
+    return (job.start_time or 0) + (cap if contract is None else min(contract, cap))
 
 
 def _drain_for(node: Node, findings: Sequence[NodeFinding], cfg: Config,
@@ -249,7 +233,7 @@ def plan_repairs(now: int, nodes: Sequence[Node], jobs: Sequence[Job],
         # GPU jobs only: the contract (admission's protected runtime) is theirs
         if (j.state == JobState.RUNNING and j.start_time and j.total_gpus > 0
                 and j.job_id not in skip):
-            for h in _hosts(j.nodes):
+            for h in expand_hosts(j.nodes):
                 on.setdefault(h, []).append(j)
     left = budget_left
     requeued: set[int] = set()
