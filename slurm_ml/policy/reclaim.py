@@ -211,10 +211,12 @@ class IdleSpan:
 
 
 def idle_span(now: int, job: RunningJob, samples: Sequence[GpuSample],
-              cfg: ReclaimConfig) -> IdleSpan | None:
+              cfg: ReclaimConfig, *, coverage: Coverage | None = None) -> IdleSpan | None:
     """The job's idle span, or None when the samples cannot tell (see
-    :func:`sample_coverage`: a GPU of the job unsampled, the window not covered)."""
-    coverage = sample_coverage(now, job, samples, cfg)
+    :func:`sample_coverage`: a GPU of the job unsampled, the window not covered).
+    ``coverage``: that function's answer, when the caller has it already."""
+    if coverage is None:
+        coverage = sample_coverage(now, job, samples, cfg)
     if not coverage.complete:
         return None
     mine = [s for s in samples if s.job_id == job.job_id and job.start <= s.at <= now
@@ -292,7 +294,7 @@ def zombie_status(now: int, job: RunningJob, samples: Sequence[GpuSample],
                                          f"{_span(job.ran_s(now))}, less than the "
                                          f"{_span(cfg.zombie_heartbeat_s)} heartbeat")
     coverage = sample_coverage(now, job, samples, cfg)
-    span = idle_span(now, job, samples, cfg)
+    span = idle_span(now, job, samples, cfg, coverage=coverage)
     if span is None:
         return ZombieStatus("no_verdict", coverage.reason(), coverage)
     if span.idle_s <= 0:
