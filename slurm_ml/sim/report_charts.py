@@ -132,6 +132,15 @@ def _figure_legend(fig: Any, handles: Sequence[Any], labels: Sequence[str], *, t
 RATIO_CAP = 3.0
 
 
+def _policy_rows(plt: Any, rows: int, *, cols: int, width: float, row_height: float,
+                 sharey: bool | str) -> tuple[Any, Any]:
+    """One row of panels per policy, sharing the time axis (and y as asked), so that
+    policies compare by eye; room below the rows for a legend."""
+    fig, axes = plt.subplots(rows, cols, figsize=(width, row_height * rows + 0.8),
+                             squeeze=False, sharex=True, sharey=sharey, layout="constrained")
+    return fig, axes
+
+
 def delivered_vs_owed(
     path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
 ) -> None:
@@ -142,15 +151,8 @@ def delivered_vs_owed(
     from matplotlib.lines import Line2D
 
     styles = team_styles(summaries)
-    fig, axes = plt.subplots(
-        len(results),
-        2,
-        figsize=(15, 3.6 * len(results) + 0.8),
-        squeeze=False,
-        sharex=True,
-        sharey="col",
-        layout="constrained",
-    )
+    fig, axes = _policy_rows(plt, len(results), cols=2, width=15, row_height=3.6,
+                             sharey="col")
     teams: set[str] = set()
     top = 1.2
     for (left, right), r, s in zip(axes, results, summaries, strict=True):
@@ -323,15 +325,8 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
     share one y-scale."""
     plt = _pyplot()
     styles = team_styles(summaries)
-    fig, axes = plt.subplots(
-        len(results),
-        1,
-        figsize=(13, 3.4 * len(results) + 0.8),
-        squeeze=False,
-        sharex=True,
-        sharey=True,
-        layout="constrained",
-    )
+    fig, axes = _policy_rows(plt, len(results), cols=1, width=13, row_height=3.4,
+                             sharey=True)
     teams: set[str] = set()
     for ax, r, s in zip(axes[:, 0], results, summaries, strict=True):
         a = s.window[0]
