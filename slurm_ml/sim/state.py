@@ -245,15 +245,21 @@ def waiting_jobs(st: SimState) -> list[WaitingJob]:
     append = out.append
     for order, task in enumerate(st.pending):
         got = task.waiting
-        if got is not None and got[0] == order and got[1] == task.pend_since:
-            append(got[2])
-            continue
-        job = task.spec
-        value = WaitingJob(
-            job_id=job.job_id, account=job.team, user=job.user, qos=task.qos, gpus=job.gpus,
-            gpu_types=frozenset() if job.gpu_type is None else frozenset({job.gpu_type}),
-            billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
-            reason="Resources", order=order)
+        if got is not None and got[1] == task.pend_since:
+            if got[0] == order:
+                append(got[2])
+                continue
+            old = got[2]  # moved: the same job at another place
+            value = WaitingJob(old.job_id, old.account, old.user, old.qos, old.gpus,
+                               old.gpu_types, old.billing_gpus, old.submit, old.reason, order)
+        else:
+            job = task.spec
+            value = WaitingJob(
+                job_id=job.job_id, account=job.team, user=job.user, qos=task.qos,
+                gpus=job.gpus,
+                gpu_types=frozenset() if job.gpu_type is None else frozenset({job.gpu_type}),
+                billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
+                reason="Resources", order=order)
         task.waiting = (order, task.pend_since, value)
         append(value)
     return out
