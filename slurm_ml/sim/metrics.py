@@ -36,17 +36,34 @@ Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
   wait <= 60 s, occupancy >= 95% (after the warm-up, when there are samples then: the
   simulated cluster starts empty). Bounds are inclusive; a target with nothing to measure
   fails and says "cannot judge".
+
+Ai2's measures (``ai2_measures``; these are the headline, the running ratio above stays
+as a chart series, labelled "running ratio"):
+
+- The *judged window* is ``[a + warm-up, b]``; ``b`` is the last arrival, so the drain
+  after it counts for neither occupancy nor fairness.
+- *Entitled* GPU-hours of a team in an hour = its share (weight share x cluster GPUs) x
+  the part of that hour inside the judged window.
+- *Demand* GPU-hours in an hour = GPUs its jobs were asking for (running + pending, from
+  the samples) integrated over that hour.
+- *Owed* = sum over hours of ``min(entitled_h, demand_h)``; *delivered* = busy GPU-hours
+  in the judged window; *ratio* = delivered / owed.
+- *Offered load* = GPU-hours requested inside the judged window (each job's requested
+  run time clipped to the window, as if it ran from its submission) / (cluster GPUs x
+  window hours). It depends on the trace and scenario only, never on the policy.
+- A team has *enough demand* when its offered GPU-hours in the judged window reach its
+  entitled GPU-hours there: decided from the offered load, the same for every policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_ml.policy.percentile import percentile_cont
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
-from slurm_ml.sim.workload import DEBUG, LARGE, SMALL
+from slurm_ml.sim.workload import DEBUG, LARGE, SMALL, SimJob
 
 #: Wait statistics are keyed by job class, then ``ALL`` for every job.
 ALL = "all"
@@ -116,6 +133,129 @@ class TeamSummary:
                 "slowdown_p50": self.slowdown_p50, "slowdown_p90": self.slowdown_p90}
 
 
+#: What the Ai2 numbers mean, recorded in every report so a reader need not guess.
+DEFINITIONS: dict[str, str] = {
+    "judged_window": "[first arrival + warm-up, last arrival]: warm-up and drain excluded",
+    "entitled_gpu_h": "per hour: weight share x cluster GPUs x hours inside the window",
+    "demand_gpu_h": "per hour: GPU-hours the team's jobs asked for (running + pending)",
+    "owed_gpu_h": "sum over hours of min(entitled, demand)",
+    "delivered_gpu_h": "busy GPU-hours of the team inside the judged window",
+    "ratio": "sum delivered / sum owed (Ai2's headline fairness number)",
+    "ratio_mean": "running ratio: time-averaged delivered/owed of the policy's own "
+                  "ledger after warm-up; a chart series, not the headline",
+    "offered_load": "GPU-hours requested inside the judged window (each job clipped to "
+                    "it, as if run from submission) / (cluster GPUs x window hours)",
+    "enough_demand": "offered GPU-hours in the judged window >= entitled GPU-hours "
+                     "there: from the workload, the same for every policy",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Ai2Team:
+    """One team over the judged window, by Ai2's definitions (see DEFINITIONS)."""
+
+    team: str
+    entitled_gpu_h: float
+    demand_gpu_h: float
+    owed_gpu_h: float
+    delivered_gpu_h: float
+    offered_gpu_h: float | None
+    enough_demand: bool
+
+    @property
+    def ratio(self) -> float | None:
+        return self.delivered_gpu_h / self.owed_gpu_h if self.owed_gpu_h > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"team": self.team, "entitled_gpu_h": self.entitled_gpu_h,
+                "demand_gpu_h": self.demand_gpu_h, "owed_gpu_h": self.owed_gpu_h,
+                "delivered_gpu_h": self.delivered_gpu_h, "ratio": self.ratio,
+                "offered_gpu_h": self.offered_gpu_h, "enough_demand": self.enough_demand}
+
+
+def offered_gpu_h(jobs: Iterable[SimJob], window: tuple[float, float]) -> dict[str, float]:
+    """GPU-hours each team's jobs request inside ``window``, each job's requested run
+    time clipped to it as if it ran from its submission (policy-independent)."""
+    a, b = window
+    out: dict[str, float] = {}
+    for job in jobs:
+        d = min(b, job.submit_s + job.duration_s) - max(a, job.submit_s)
+        if d > 0:
+            out[job.team] = out.get(job.team, 0.0) + job.gpus * d / 3600.0
+    return out
+
+
+def offered_load(jobs: Iterable[SimJob], cluster_gpus: int,
+                 window: tuple[float, float]) -> float:
+    """Offered GPU-hours inside ``window`` over its capacity (1.0 = exactly full)."""
+    a, b = window
+    if cluster_gpus < 1 or b <= a:
+        raise ValueError(f"offered load needs GPUs >= 1 and a window, got {cluster_gpus}, "
+                         f"[{a}, {b}]")
+    return sum(offered_gpu_h(jobs, window).values()) * 3600.0 / (cluster_gpus * (b - a))
+
+
+def judged_window(jobs: Sequence[SimJob], warmup_fraction: float = WARMUP_FRACTION
+                  ) -> tuple[float, float]:
+    """``[first arrival + warm-up, last arrival]`` of a workload sorted by submission."""
+    if not jobs:
+        raise ValueError("no jobs: no judged window")
+    a, b = jobs[0].submit_s, max(jobs[-1].submit_s, jobs[0].submit_s + 1.0)
+    return (a + warmup_fraction * (b - a), b)
+
+
+def shares(result: SimResult) -> dict[str, float]:
+    """Each weighted team's share of the cluster, in GPUs."""
+    total = sum(w for w in result.team_weights.values() if w > 0)
+    return {t: w / total * result.cluster_gpus
+            for t, w in result.team_weights.items() if w > 0}
+
+
+def ai2_measures(result: SimResult, window: tuple[float, float], *,
+                 offered: Mapping[str, float] | None = None, hour_s: float = 3600.0
+                 ) -> dict[str, Ai2Team]:
+    """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour.
+
+    ``offered`` (team -> offered GPU-hours in ``window``) decides *enough demand*; without
+    it no team has enough demand, rather than judging by the policy's outcome.
+    """
+    a, b = window
+    share = shares(result)
+    entitled: dict[str, float] = {}
+    demand: dict[tuple[str, int], float] = {}
+    delivered: dict[str, float] = {}
+    entitled_h: dict[tuple[str, int], float] = {}
+    for s, d in intervals(result.samples, a, b):
+        lo = max(s.t_s, a)
+        hi = lo + d
+        while lo < hi:
+            hour = int((lo - a) // hour_s)
+            top = min(hi, a + (hour + 1) * hour_s)
+            part = (top - lo) / 3600.0
+            for team in set(s.busy_gpus) | set(s.pending_gpus):
+                asking = s.busy_gpus.get(team, 0) + s.pending_gpus.get(team, 0)
+                demand[team, hour] = demand.get((team, hour), 0.0) + asking * part
+                delivered[team] = delivered.get(team, 0.0) + s.busy_gpus.get(team, 0) * part
+            for team, g in share.items():
+                entitled_h[team, hour] = entitled_h.get((team, hour), 0.0) + g * part
+                entitled[team] = entitled.get(team, 0.0) + g * part
+            lo = top
+    names = set(share) | {t for t, _ in demand}
+    out: dict[str, Ai2Team] = {}
+    for team in sorted(names):
+        hours = {h for (t, h) in demand if t == team} | {h for (t, h) in entitled_h if t == team}
+        owed = sum(min(entitled_h.get((team, h), 0.0), demand.get((team, h), 0.0))
+                   for h in hours)
+        mine = None if offered is None else offered.get(team, 0.0)
+        ent = entitled.get(team, 0.0)
+        out[team] = Ai2Team(
+            team=team, entitled_gpu_h=ent,
+            demand_gpu_h=sum(v for (t, _), v in demand.items() if t == team),
+            owed_gpu_h=owed, delivered_gpu_h=delivered.get(team, 0.0), offered_gpu_h=mine,
+            enough_demand=mine is not None and ent > 0 and mine >= ent - _EPS)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     """The headline numbers of one run over one window."""
@@ -140,6 +280,9 @@ class Summary:
     # occupancy after the warm-up: a simulated cluster starts empty, a real one never does
     steady_occupancy: float | None = None
     qos_preemptions: int = 0  # of ``preemptions``, Slurm's own (QOS alloc over free)
+    ai2: Mapping[str, Ai2Team] = field(default_factory=dict)  # team -> Ai2's measures
+    judged_window: tuple[float, float] | None = None
+    offered_load: float | None = None  # from the workload, the same for every policy
 
     def team(self, name: str) -> TeamSummary:
         for t in self.teams:
@@ -163,6 +306,10 @@ class Summary:
             "max_wait_never_started_s": self.max_wait_never_started_s,
             "wall_s": self.wall_s, "steady_occupancy": self.steady_occupancy,
             "qos_preemptions": self.qos_preemptions,
+            "judged_window": None if self.judged_window is None else list(self.judged_window),
+            "offered_load": self.offered_load,
+            "ai2": {k: v.as_dict() for k, v in sorted(self.ai2.items())},
+            "definitions": DEFINITIONS,
         }
 
 
@@ -261,10 +408,13 @@ def _occupancy(spans: Sequence[tuple[CycleSample, float]], gpus: int) -> float |
 
 
 def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
-              warmup_s: float | None = None) -> Summary:
+              warmup_s: float | None = None,
+              workload: Sequence[SimJob] | None = None) -> Summary:
     """Reduce a run to its headline numbers (definitions in the module docstring).
 
     ``warmup_s`` is measured from the window's start; default ``WARMUP_FRACTION`` of it.
+    ``workload`` (the jobs simulated) gives the offered load, which decides *enough
+    demand* for Ai2's measures the same way for every policy.
     """
     a, b = window if window is not None else (result.start_s, result.end_s)
     if b < a:
@@ -292,6 +442,12 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
     teams = tuple(_team_summary(t, result, jobs=jobs, spans=spans, warm=warm_spans)
                   for t in sorted(names))
 
+    judged = (min(a + warm, b), b)
+    offered = offered_gpu_h(workload, judged) if workload is not None else None
+    load = (sum(offered.values()) * 3600.0 / (result.cluster_gpus * (judged[1] - judged[0]))
+            if offered is not None and judged[1] > judged[0] and result.cluster_gpus > 0
+            else None)
+    ai2 = ai2_measures(result, judged, offered=offered)
     return Summary(
         policy=result.policy, cluster_gpus=result.cluster_gpus, window=(a, b),
         warmup_s=warm, sampled_s=sampled, jobs=len(jobs), teams=teams, waits=waits,
@@ -300,7 +456,8 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
         lost_gpu_h=sum(j.lost_gpu_s for j in jobs) / 3600.0, fragmentation=fragmentation,
         max_wait_s=waits[ALL].max_s, max_wait_never_started_s=max(never) if never else None,
         wall_s=result.wall_s, steady_occupancy=steady,
-        qos_preemptions=result.qos_preemptions)
+        qos_preemptions=result.qos_preemptions, ai2=ai2, judged_window=judged,
+        offered_load=load)
 
 
 _UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",
@@ -340,16 +497,26 @@ def targets(summary: Summary) -> list[TargetCheck]:
     Team ratios are ``judged_ratio`` (mean after warm-up). The first target covers teams
     with enough demand; the median is over every team that was owed something.
     """
-    needy = [t for t in summary.teams if t.enough_demand and t.judged_ratio is not None]
-    worst = min(needy, key=lambda t: t.judged_ratio or 0.0) if needy else None
-    ratios = [r for t in summary.teams if (r := t.judged_ratio) is not None]
+    if summary.offered_load is not None:  # Ai2's measures: the workload was given
+        ai2 = [t for t in summary.ai2.values() if t.ratio is not None]
+        need2 = [t for t in ai2 if t.enough_demand]
+        low = min(need2, key=lambda t: t.ratio or 0.0) if need2 else None
+        ratios = [r for t in ai2 if (r := t.ratio) is not None]
+        worst_team, worst_ratio, n_needy = (low.team if low else None,
+                                            low.ratio if low else None, len(need2))
+    else:
+        needy = [t for t in summary.teams if t.enough_demand and t.judged_ratio is not None]
+        worst = min(needy, key=lambda t: t.judged_ratio or 0.0) if needy else None
+        ratios = [r for t in summary.teams if (r := t.judged_ratio) is not None]
+        worst_team, worst_ratio, n_needy = (worst.team if worst else None,
+                                            worst.judged_ratio if worst else None, len(needy))
     debug = summary.waits.get(DEBUG)
     steady = summary.steady_occupancy
     occupancy = steady if steady is not None else summary.occupancy
     return [
-        _check("min ratio (enough demand)", worst.judged_ratio if worst else None, ">=", 0.95,
-               f"worst of {_teams(len(needy))} with enough demand is {worst.team!r}"
-               if worst else "no team had enough demand"),
+        _check("min ratio (enough demand)", worst_ratio, ">=", 0.95,
+               f"worst of {_teams(n_needy)} with enough demand is {worst_team!r}"
+               if worst_team is not None else "no team had enough demand"),
         _check("median team ratio", _median(ratios), ">=", 0.98,
                f"median delivered/owed over {_teams(len(ratios))} owed something" if ratios
                else "no team was owed anything"),
@@ -379,8 +546,10 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
         rows.append((f"target: {c.name} {c.op} {_fmt(c.threshold, unit)}",
                      [f"{_fmt(cs[i].value, unit)} {'PASS' if cs[i].passed else 'FAIL'}"
                       for cs in checks]))
-    row("teams with enough demand", [sum(t.enough_demand for t in s.teams) for s in summaries],
-        "n")
+    row("teams with enough demand",
+        [sum(t.enough_demand for t in (s.ai2.values() if s.offered_load is not None
+                                       else s.teams)) for s in summaries], "n")
+    row("offered load (judged window)", [s.offered_load for s in summaries], "x")
     row("occupancy", [s.occupancy for s in summaries], "pct")
     row("occupancy after warm-up", [s.steady_occupancy for s in summaries], "pct")
     row("utilisation (= occupancy)", [s.utilisation for s in summaries], "pct")
@@ -401,7 +570,12 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
     teams = list(dict.fromkeys(t.team for s in summaries for t in s.teams))
     for name in teams:
         got = [next((t for t in s.teams if t.team == name), None) for s in summaries]
-        row(f"{name} delivered/owed", [t.judged_ratio if t else None for t in got], "pct")
+        if any(s.offered_load is not None for s in summaries):
+            row(f"{name} delivered/owed (Ai2)",
+                [s.ai2[name].ratio if name in s.ai2 else None for s in summaries], "pct")
+            row(f"{name} running ratio", [t.judged_ratio if t else None for t in got], "pct")
+        else:
+            row(f"{name} delivered/owed", [t.judged_ratio if t else None for t in got], "pct")
         row(f"{name} slowdown p50", [t.slowdown_p50 if t else None for t in got], "x")
     row("simulation wall time (s)", [s.wall_s for s in summaries], "x")
     return rows
