@@ -21,6 +21,7 @@ from slurm_ml.sim.workload import DEBUG, SimJob
 
 __all__ = [
     "arrival_scale_for",
+    "arrival_scale_for_load",
     "classify",
     "cluster_config",
     "config_data",
@@ -99,6 +100,30 @@ def arrival_scale_for(trace: Trace, cluster_gpus: int, target: float) -> float:
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target demand ratio must be > 0, got {target}")
     return target / demand_ratio(trace, cluster_gpus)
+
+
+def arrival_scale_for_load(
+    trace: Trace, cluster_gpus: int, target: float, *, tolerance: float = 0.01
+) -> float:
+    """The ``scale_arrivals`` factor whose result has ``metrics.offered_load`` over its
+    judged window equal to ``target`` (within ``tolerance``, relative). Clipping to the
+    window makes the load not quite linear in the factor, so it is found by iteration."""
+    from slurm_ml.sim.metrics import judged_window, offered_load
+
+    if not (math.isfinite(target) and target > 0):
+        raise ValueError(f"target offered load must be > 0, got {target}")
+    if trace.span_s <= 0:
+        raise ValueError("offered load needs jobs submitted at two different times")
+    factor = 1.0
+    for _ in range(50):
+        scaled = scale_arrivals(trace, factor)
+        load = offered_load(scaled.jobs, cluster_gpus, judged_window(scaled.jobs))
+        if load <= 0:
+            raise ValueError("the trace offers no load inside its judged window")
+        if abs(load / target - 1) <= tolerance:
+            return factor
+        factor *= target / load
+    raise ValueError(f"could not reach offered load {target:g} (last {load:.3f})")
 
 
 def implied_cluster_gpus(

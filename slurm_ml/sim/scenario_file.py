@@ -1,0 +1,289 @@
+"""A what-if as one YAML file: ``slurm-ml sim --scenario FILE.yaml``.
+
+Everything that defines a simulated run lives in one strict file so any result can be
+rerun from it; CLI flags override it and the report records the resolved scenario.
+Bad input is reported as ``file:line: what is wrong`` like the trace loaders, and an
+unknown key is an error (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["DebugMix", "Faults", "Scenario", "ScenarioError", "load_scenario"]
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names file:line."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DebugMix:
+    """Ai2's interactive debug jobs: sizes drawn from ``gpus`` (GPUs -> probability)."""
+
+    rate_per_team_per_hour: float = 0.0
+    gpus: Mapping[int, float] = dataclasses.field(default_factory=lambda: {1: 1.0})
+    duration_s: float = 600.0
+    min_runtime_s: float = 900.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Faults:
+    """Node faults: parsed, validated and recorded; the engine cannot inject them yet."""
+
+    rate_per_node_per_day: float = 0.0
+    repair_hours: float = 4.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scenario:
+    """A resolved what-if. ``None`` means "the CLI default"."""
+
+    source: str = "<flags>"
+    trace: str | None = None
+    start_hours: float | None = None
+    hours: float | None = None
+    scale: float | None = None
+    target_load: float | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    leaf_nodes: int | None = None
+    gpu_type: str | None = None
+    weights: Mapping[str, float] | None = None
+    unallocated: float | None = None
+    debug: DebugMix | None = None
+    faults: Faults = Faults()
+    policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    policies: tuple[str, ...] | None = None
+    seed: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, everything recorded (the report's copy of the scenario)."""
+        out = dataclasses.asdict(self)
+        if self.debug is not None:
+            out["debug"]["gpus"] = {str(k): v for k, v in self.debug.gpus.items()}
+        out["policies"] = None if self.policies is None else list(self.policies)
+        return out
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+class _Reader:
+    """Reads composed YAML nodes so every error can name its line."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, node: yaml.Node, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}:{_line(node)}: {message}")
+
+    def mapping(self, node: yaml.Node, what: str, keys: set[str]) -> dict[str, yaml.Node]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, f"{what} must be a mapping")
+        out: dict[str, yaml.Node] = {}
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                raise self.fail(k, f"{what}: keys must be strings")
+            if key in out:
+                raise self.fail(k, f"{what}: duplicate key {key!r}")
+            if keys and key not in keys:
+                raise self.fail(
+                    k, f"{what}: unknown key {key!r} (known: {', '.join(sorted(keys))})"
+                )
+            out[key] = v
+        return out
+
+    def value(self, node: yaml.Node) -> Any:
+        return yaml.load(yaml.serialize(node), Loader=_Loader)
+
+    def number(
+        self,
+        node: yaml.Node,
+        what: str,
+        *,
+        low: float = 0.0,
+        strict: bool = False,
+        high: float = math.inf,
+    ) -> float:
+        v = self.value(node)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self.fail(node, f"{what} must be a number, got {v!r}")
+        if v < low or (strict and v == low) or v > high:
+            bound = f"> {low:g}" if strict else f">= {low:g}"
+            rng = bound if high == math.inf else f"in [{low:g}, {high:g}]"
+            raise self.fail(node, f"{what} must be {rng}, got {v!r}")
+        return float(v)
+
+    def integer(self, node: yaml.Node, what: str, *, low: int = 1) -> int:
+        v = self.value(node)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise self.fail(node, f"{what} must be an integer >= {low}, got {v!r}")
+        return v
+
+    def string(self, node: yaml.Node, what: str) -> str:
+        v = self.value(node)
+        if not isinstance(v, str) or not v:
+            raise self.fail(node, f"{what} must be a non-empty string, got {v!r}")
+        return v
+
+
+_TOP = {
+    "trace",
+    "slice",
+    "arrivals",
+    "cluster",
+    "budgets",
+    "unallocated",
+    "debug",
+    "faults",
+    "policy",
+    "policies",
+    "seed",
+}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and check a scenario file (see docs/simulator.md for its keys)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{source}: cannot read: {exc.strerror}") from exc
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{source}{where}: not valid YAML: {exc}") from exc
+    if root is None:
+        raise ScenarioError(f"{source}:1: empty scenario file")
+    r = _Reader(source)
+    top = r.mapping(root, "scenario", _TOP)
+    fields: dict[str, Any] = {"source": source}
+    if "trace" in top:
+        fields["trace"] = r.string(top["trace"], "trace")
+    if "slice" in top:
+        sl = r.mapping(top["slice"], "slice", {"start_hours", "hours"})
+        if "start_hours" in sl:
+            fields["start_hours"] = r.number(sl["start_hours"], "slice.start_hours")
+        if "hours" in sl:
+            fields["hours"] = r.number(sl["hours"], "slice.hours", strict=True)
+    if "arrivals" in top:
+        node = top["arrivals"]
+        ar = r.mapping(node, "arrivals", {"scale", "target_load"})
+        if len(ar) != 1:
+            raise r.fail(node, "arrivals: give exactly one of scale or target_load")
+        if "scale" in ar:
+            fields["scale"] = r.number(ar["scale"], "arrivals.scale", strict=True)
+        else:
+            fields["target_load"] = r.number(ar["target_load"], "arrivals.target_load", strict=True)
+    if "cluster" in top:
+        cl = r.mapping(
+            top["cluster"], "cluster", {"nodes", "gpus_per_node", "leaf_nodes", "gpu_type"}
+        )
+        for key in ("nodes", "gpus_per_node", "leaf_nodes"):
+            if key in cl:
+                fields[key] = r.integer(cl[key], f"cluster.{key}")
+        if "gpu_type" in cl:
+            fields["gpu_type"] = r.string(cl["gpu_type"], "cluster.gpu_type")
+    if "budgets" in top:
+        bu = r.mapping(top["budgets"], "budgets", {"weights"})
+        if "weights" in bu:
+            wn = r.mapping(bu["weights"], "budgets.weights", set())
+            if not wn:
+                raise r.fail(bu["weights"], "budgets.weights: no teams")
+            fields["weights"] = {
+                t: r.number(n, f"budgets.weights.{t}", strict=True) for t, n in wn.items()
+            }
+    if "unallocated" in top:
+        fields["unallocated"] = r.number(top["unallocated"], "unallocated", high=1.0)
+    if "debug" in top:
+        fields["debug"] = _debug(r, top["debug"])
+    if "faults" in top:
+        fa = r.mapping(top["faults"], "faults", {"rate_per_node_per_day", "repair_hours"})
+        faults = Faults(
+            rate_per_node_per_day=r.number(
+                fa["rate_per_node_per_day"], "faults.rate_per_node_per_day"
+            )
+            if "rate_per_node_per_day" in fa
+            else 0.0,
+            repair_hours=r.number(fa["repair_hours"], "faults.repair_hours", strict=True)
+            if "repair_hours" in fa
+            else 4.0,
+        )
+        if faults.rate_per_node_per_day > 0:
+            raise r.fail(
+                top["faults"],
+                "faults: node fault injection is not supported yet "
+                "by the simulator engine; set rate_per_node_per_day: 0",
+            )
+        fields["faults"] = faults
+    if "policy" in top:
+        r.mapping(top["policy"], "policy", set())
+        fields["policy"] = r.value(top["policy"])
+    if "policies" in top:
+        v = r.value(top["policies"])
+        if not isinstance(v, list) or not v or not all(isinstance(p, str) for p in v):
+            raise r.fail(top["policies"], "policies must be a non-empty list of names")
+        fields["policies"] = tuple(v)
+    if "seed" in top:
+        fields["seed"] = r.integer(top["seed"], "seed", low=0)
+    return Scenario(**fields)
+
+
+def _debug(r: _Reader, node: yaml.Node) -> DebugMix:
+    keys = {
+        "rate_per_team_per_hour",
+        "rate_per_team_per_day",
+        "gpus",
+        "duration_s",
+        "min_runtime_s",
+    }
+    de = r.mapping(node, "debug", keys)
+    if ("rate_per_team_per_hour" in de) == ("rate_per_team_per_day" in de):
+        raise r.fail(
+            node, "debug: give exactly one of rate_per_team_per_hour or rate_per_team_per_day"
+        )
+    rate = (
+        r.number(de["rate_per_team_per_hour"], "debug.rate_per_team_per_hour")
+        if "rate_per_team_per_hour" in de
+        else r.number(de["rate_per_team_per_day"], "debug.rate_per_team_per_day") / 24
+    )
+    gpus: dict[int, float] = {1: 1.0}
+    if "gpus" in de:
+        gn = de["gpus"]
+        if not isinstance(gn, yaml.MappingNode) or not gn.value:
+            raise r.fail(
+                gn, "debug.gpus must map GPU counts to probabilities, e.g. {1: 0.7, 2: 0.3}"
+            )
+        gpus = {}
+        for k, v in gn.value:
+            size = r.integer(k, "debug.gpus key")
+            if size in gpus:
+                raise r.fail(k, f"debug.gpus: duplicate size {size}")
+            gpus[size] = r.number(v, f"debug.gpus.{size}", strict=True, high=1.0)
+        if abs(sum(gpus.values()) - 1) > 1e-6:
+            raise r.fail(gn, f"debug.gpus probabilities must sum to 1, got {sum(gpus.values()):g}")
+    return DebugMix(
+        rate_per_team_per_hour=rate,
+        gpus=gpus,
+        duration_s=r.number(de["duration_s"], "debug.duration_s", strict=True)
+        if "duration_s" in de
+        else 600.0,
+        min_runtime_s=r.number(de["min_runtime_s"], "debug.min_runtime_s")
+        if "min_runtime_s" in de
+        else 900.0,
+    )
