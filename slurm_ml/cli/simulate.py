@@ -84,11 +84,15 @@ def sim_cmd(*, config_path: str | None, scenario_path: str | None, spec: str | N
     from slurm_ml.sim import scenario, traces
     from slurm_ml.sim.engine import SimSettings, simulate
     from slurm_ml.sim.metrics import compare, summarize, targets
+    from slurm_ml.sim.report import check_report_deps
     from slurm_ml.sim.scenario_file import DebugMix, Scenario, load_scenario
     from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE
 
     base_path = assets.config_path(config_path)
     base = load_config_or_exit(base_path)
+    # before a minute of simulating, not after: the report must not fail then
+    if report_dir and (why := check_report_deps(Path(report_dir))):
+        fail(f"--report: {why}", EXIT_BAD_INPUT)
     if scale is not None and demand is not None:
         fail("give --scale or --load, not both", EXIT_BAD_INPUT)
     try:
@@ -159,7 +163,10 @@ def sim_cmd(*, config_path: str | None, scenario_path: str | None, spec: str | N
             fail(f"{sc.source}: budgets.weights has no weight for trace team(s) "
                  f"{', '.join(missing)}", EXIT_BAD_INPUT)
         cfg = scenario.cluster_config(
-            base, size, weights, users=trace.team_users(), gpus_per_node=per_node,
+            # a weighted team with no job in this slice still holds its budget
+            base, size, weights,
+            users={**{t: traces.vc_user(t) for t in weights}, **trace.team_users()},
+            gpus_per_node=per_node,
             gpu_type=sc.gpu_type, leaf_nodes=sc.leaf_nodes or 32)
         if partition_by_team:
             from slurm_ml.sim.partition import partition_by_team as partitioned
