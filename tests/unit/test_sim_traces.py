@@ -277,7 +277,7 @@ def test_spec_with_path_and_options(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("alibaba", "unknown kind 'alibaba' (known: philly, gavel, chronus, tiresias, pollux)"),
+        ("alibaba", "unknown kind 'alibaba' (known: philly, gavel, chronus, tiresias, pollux, slurmdb)"),
         ("philly:", "empty path after 'philly:'"),
         ("philly?worker=v100", "unknown option 'worker' for philly (known: gpus_per_node)"),
         ("gavel?fallback=guess", "fallback='guess' (known: skip, nearest)"),
