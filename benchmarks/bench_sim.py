@@ -33,6 +33,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
@@ -44,18 +45,25 @@ PHILLY = "traces/pollux_philly/philly.csv"
 DAY = 86400.0
 
 
+def _philly_trace() -> Any:
+    """The shipped Philly trace, or None when the loader or its file is missing."""
+    try:
+        from slurm_ml.sim import traces
+    except ImportError:
+        return None
+    path = traces.default_data_dir() / PHILLY
+    return traces.load_philly(path) if path.exists() else None
+
+
 def philly(
     days: float | None, gpus: int, demand: float | None
 ) -> tuple[Config, list[SimJob], str] | None:
     """The real trace on a ``gpus``-GPU cluster; None when the loader or file is missing."""
-    try:
-        from slurm_ml.sim import scenario, traces
-    except ImportError:
+    from slurm_ml.sim import scenario, traces
+
+    trace = _philly_trace()
+    if trace is None:
         return None
-    path = traces.default_data_dir() / PHILLY
-    if not path.exists():
-        return None
-    trace = traces.load_philly(path)
     if days is not None:
         trace = scenario.slice_trace(trace, 0.0, days * DAY)
     if demand is not None:
@@ -76,14 +84,11 @@ def overload(
     """A slice of the real trace at ``demand`` times the cluster's capacity (as
     ``slurm-ml sim --start-hours --hours --demand --unallocated --debug-rate`` builds it);
     None when the trace file is missing."""
-    try:
-        from slurm_ml.sim import scenario, traces
-    except ImportError:
+    from slurm_ml.sim import scenario, traces
+
+    trace = _philly_trace()
+    if trace is None:
         return None
-    path = traces.default_data_dir() / PHILLY
-    if not path.exists():
-        return None
-    trace = traces.load_philly(path)
     trace = scenario.slice_trace(trace, start_hours * 3600, (start_hours + hours) * 3600)
     trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, gpus, demand))
     if unallocated:
