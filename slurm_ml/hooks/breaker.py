@@ -26,7 +26,12 @@ from typing import Literal
 
 from slurm_ml.config import Config
 from slurm_ml.health.checks import Finding, drain_reason
-from slurm_ml.hooks.history import (
+from slurm_ml.hooks.record import Recorder, finding_dict
+from slurm_ml.model import Node
+from slurm_ml.policy.quarantine import Alarm, DrainEvent, decide_drain, owned
+from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.audit_log import (
     DRAIN,
     TRIP,
     class_nodes,
@@ -35,11 +40,6 @@ from slurm_ml.hooks.history import (
     last_resets,
     open_alarms,
 )
-from slurm_ml.hooks.record import Recorder, finding_dict
-from slurm_ml.model import Node
-from slurm_ml.policy.quarantine import Alarm, DrainEvent, decide_drain, owned
-from slurm_ml.slurm.errors import SlurmError
-from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.records import AuditEntry, derive_key
 
 __all__ = ["DrainAction", "DrainOutcome", "drain_via_breaker"]

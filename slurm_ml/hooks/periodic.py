@@ -36,7 +36,6 @@ from slurm_ml.health.snapshot import NodeSnapshot
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
 from slurm_ml.hooks.common import DEFAULT_THRESHOLDS, jobs_on_node, node_expectations
 from slurm_ml.hooks.deadline import take_snapshot
-from slurm_ml.hooks.history import PASS_CHECK, RESUME, last_drain_at, run_results
 from slurm_ml.hooks.procs import ProcessTable, job_of
 from slurm_ml.hooks.record import Recorder, finding_events, run_key
 from slurm_ml.hooks.stats import util_samples
@@ -45,6 +44,7 @@ from slurm_ml.policy.quarantine import may_resume, owned, pass_streak
 from slurm_ml.policy.reclaim import ORPHAN_CHECK
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.audit_log import PASS_CHECK, RESUME, last_drain_at, run_results
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import AuditEntry, HealthEvent, derive_key
 

@@ -18,14 +18,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slurm_ml.config import Config
-from slurm_ml.hooks.history import (
-    RESET,
-    RESUME,
-    last_drain_at,
-    open_alarms,
-    owned_drained,
-    run_results,
-)
 from slurm_ml.hooks.record import Recorder
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import Alarm, Scope, is_check_id, owned, pass_streak
@@ -37,6 +29,14 @@ from slurm_ml.policy.repairs import (
     plan_repairs,
 )
 from slurm_ml.slurm.protocol import SlurmClient
+from slurm_ml.store.audit_log import (
+    RESET,
+    RESUME,
+    last_drain_at,
+    open_alarms,
+    owned_drained,
+    run_results,
+)
 from slurm_ml.store.protocol import Store
 from slurm_ml.store.records import AuditEntry, derive_key
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from slurm_ml import proc
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
-from slurm_ml.hooks.history import drain_events
 from slurm_ml.hooks.quarantine_ops import reset_breaker
 from slurm_ml.model import Node
 from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.store.audit_log import drain_events
 from slurm_ml.store.postgres import PostgresStore
 
 #: What Slurm itself writes when a prolog fails without slurm-ml having drained the node

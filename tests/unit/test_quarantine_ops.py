@@ -14,7 +14,6 @@ from hooks_helpers import CFG, NOW, env, fake_slurm, later, nvlink_down, probe, 
 from slurm_ml.config import Config
 from slurm_ml.health.checks import Finding, Severity
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
-from slurm_ml.hooks.history import drain_events, last_resets, open_alarms
 from slurm_ml.hooks.periodic import run_periodic
 from slurm_ml.hooks.prolog import run_prolog
 from slurm_ml.hooks.quarantine_ops import (
@@ -28,6 +27,7 @@ from slurm_ml.hooks.record import Recorder
 from slurm_ml.policy.quarantine import Scope
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store import AuditEntry, FakeStore
+from slurm_ml.store.audit_log import drain_events, last_resets, open_alarms
 
 ADMIN = "admin: replacing a DIMM"
 
