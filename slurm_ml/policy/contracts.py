@@ -352,23 +352,14 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     out: list[Requeue] = []
     # (account, GPUs, types, billing) -> the planner version it found nothing at
     failed: dict[tuple[str, int, frozenset[str], float], int] = {}
-    # (GPUs, types) -> (planner version, fits now, least GPUs to requeue): many waiting
-    # jobs ask the same shape, and the room changes only at a commit
-    room: dict[tuple[int, frozenset[str]], tuple[int, bool, int]] = {}
     for job in sorted(waiting, key=lambda w: (w.order, w.job_id)):
         if state.budget_left <= 0:
             break
         pos = state.positions.get(job.account)
         if not _eligible(now, job, pos, cfg):
             continue
-        shape = (job.gpus, job.gpu_types)
-        seen = room.get(shape)
-        if seen is None or seen[0] != planner.version:
-            fits = planner.fits(job.gpus, job.gpu_types)
-            least = 0 if fits else planner.least_requeue(job.gpus, job.gpu_types)
-            seen = (planner.version, fits, least)
-            room[shape] = seen
-        if seen[1] or seen[2] > state.budget_left:
+        fits, least = planner.room(job.gpus, job.gpu_types)
+        if fits or least > state.budget_left:
             continue
         same = (job.account, job.gpus, job.gpu_types, job.billing_gpus)
         if failed.get(same) == planner.version:

@@ -165,6 +165,7 @@ class Planner:
             self.max_gpn[spec.gpu_type] = max(self.max_gpn.get(spec.gpu_type, 0), spec.gpus)
         self._type_cache: dict[frozenset[str], list[str]] = {}
         self._gang_memo: dict[tuple[int, frozenset[str]], tuple[int, bool]] = {}
+        self._room_memo: dict[tuple[int, frozenset[str]], tuple[int, bool, int]] = {}
         self._max_free: dict[str, int] = {}
         self._sorted: dict[tuple[str, int], list[tuple[float, int, str]]] = {}
         self._lb: dict[tuple[str, int], dict[str, tuple[float, int, str]]] = {}
@@ -216,6 +217,17 @@ class Planner:
         if not self.one_node(gpus, types):
             return 0
         return max(0, gpus - max((self._max_free_of(t) for t in self._types(types)), default=0))
+
+    def room(self, gpus: int, types: frozenset[str]) -> tuple[bool, int]:
+        """(:meth:`fits`, :meth:`least_requeue`) at once, one answer per shape until the
+        next commit: many waiting jobs ask the same shape, and the room changes only then."""
+        key = (gpus, types)
+        got = self._room_memo.get(key)
+        if got is None or got[0] != self.version:
+            fits = self.fits(gpus, types)
+            got = (self.version, fits, 0 if fits else self.least_requeue(gpus, types))
+            self._room_memo[key] = got
+        return got[1], got[2]
 
     def _max_free_of(self, t: str) -> int:
         got = self._max_free.get(t)
