@@ -48,7 +48,6 @@ def outcomes(result: SimResult) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-@pytest.mark.skipif(not PHILLY.exists(), reason="the Philly trace is not shipped here")
 @pytest.mark.parametrize("policy", sorted(EXPECTED))
 def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
     cfg, jobs = overloaded()
