@@ -72,10 +72,6 @@ class Scenario:
         return out
 
 
-class _Loader(yaml.SafeLoader):
-    pass
-
-
 def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
@@ -107,7 +103,7 @@ class _Reader:
         return out
 
     def value(self, node: yaml.Node) -> Any:
-        return yaml.load(yaml.serialize(node), Loader=_Loader)
+        return yaml.load(yaml.serialize(node), Loader=yaml.SafeLoader)
 
     def number(
         self,
@@ -163,7 +159,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except OSError as exc:
         raise ScenarioError(f"{source}: cannot read: {exc.strerror}") from exc
     try:
-        root = yaml.compose(text, Loader=_Loader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
