@@ -44,10 +44,15 @@ as a chart series, labelled "running ratio"):
   after it counts for neither occupancy nor fairness.
 - *Entitled* GPU-hours of a team in an hour = its share (weight share x cluster GPUs) x
   the part of that hour inside the judged window.
-- *Demand* GPU-hours in an hour = GPUs its jobs were asking for (running + pending, from
-  the samples) integrated over that hour.
+- *Demand* GPU-hours in an hour = GPUs its jobs were asking for (a job asks from its
+  submission to its end: it is running or pending all that time) integrated over that
+  hour, exactly from the job records; *busy* GPU-hours likewise from each job's runs.
 - *Owed* = sum over hours of ``min(entitled_h, demand_h)``; *delivered* = busy GPU-hours
-  in the judged window; *ratio* = delivered / owed.
+  in the judged window; *delivered toward owed* = sum over hours of
+  ``min(busy_h, owed_h)``; *ratio* = delivered toward owed / owed, Ai2's "fraction of
+  owed GPU-hours delivered" (at most 100%: capacity borrowed in one hour does not make
+  up for a shortfall in another). *Surplus ratio* = delivered / owed (above 100% when a
+  team used idle capacity beyond what it was owed).
 - *Offered load* = GPU-hours requested inside the judged window (each job's requested
   run time clipped to the window, as if it ran from its submission) / (cluster GPUs x
   window hours). It depends on the trace and scenario only, never on the policy.
@@ -57,7 +62,7 @@ as a chart series, labelled "running ratio"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +145,10 @@ DEFINITIONS: dict[str, str] = {
     "demand_gpu_h": "per hour: GPU-hours the team's jobs asked for (running + pending)",
     "owed_gpu_h": "sum over hours of min(entitled, demand)",
     "delivered_gpu_h": "busy GPU-hours of the team inside the judged window",
-    "ratio": "sum delivered / sum owed (Ai2's headline fairness number)",
+    "delivered_owed_gpu_h": "per hour: min(busy, owed) GPU-hours, summed over the window",
+    "ratio": "delivered toward owed / owed, at most 100% (Ai2's headline fairness "
+             "number: the fraction of owed GPU-hours delivered)",
+    "surplus_ratio": "all delivered / owed: above 100% when the team used idle capacity",
     "ratio_mean": "running ratio: time-averaged delivered/owed of the policy's own "
                   "ledger after warm-up; a chart series, not the headline",
     "offered_load": "GPU-hours requested inside the judged window (each job clipped to "
@@ -161,15 +169,26 @@ class Ai2Team:
     delivered_gpu_h: float
     offered_gpu_h: float | None
     enough_demand: bool
+    #: delivered counted toward owed: sum over hours of min(busy, owed) in that hour
+    delivered_owed_gpu_h: float = 0.0
 
     @property
     def ratio(self) -> float | None:
+        """Ai2's "fraction of owed GPU-hours delivered" (<= 1: GPUs beyond what was owed
+        in an hour, borrowed from idle teams, do not make up for another hour's shortfall)."""
+        return self.delivered_owed_gpu_h / self.owed_gpu_h if self.owed_gpu_h > 0 else None
+
+    @property
+    def surplus_ratio(self) -> float | None:
+        """All busy GPU-hours over owed (> 1 when the team borrowed idle capacity)."""
         return self.delivered_gpu_h / self.owed_gpu_h if self.owed_gpu_h > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"team": self.team, "entitled_gpu_h": self.entitled_gpu_h,
                 "demand_gpu_h": self.demand_gpu_h, "owed_gpu_h": self.owed_gpu_h,
-                "delivered_gpu_h": self.delivered_gpu_h, "ratio": self.ratio,
+                "delivered_gpu_h": self.delivered_gpu_h,
+                "delivered_owed_gpu_h": self.delivered_owed_gpu_h, "ratio": self.ratio,
+                "surplus_ratio": self.surplus_ratio,
                 "offered_gpu_h": self.offered_gpu_h, "enough_demand": self.enough_demand}
 
 
@@ -211,10 +230,26 @@ def shares(result: SimResult) -> dict[str, float]:
             for t, w in result.team_weights.items() if w > 0}
 
 
+def _hours(lo: float, hi: float, a: float, b: float, hour_s: float
+           ) -> Iterator[tuple[int, float]]:
+    """(hour index from ``a``, hours of ``[lo, hi]`` inside it), clipped to ``[a, b]``."""
+    lo, hi = max(lo, a), min(hi, b)
+    if lo >= hi:
+        return
+    hour = int((lo - a) // hour_s)
+    while lo < hi:
+        top = min(hi, a + (hour + 1) * hour_s)
+        if top > lo:  # float rounding can put lo a hair past the hour's top
+            yield hour, (top - lo) / 3600.0
+            lo = top
+        hour += 1
+
+
 def ai2_measures(result: SimResult, window: tuple[float, float], *,
                  offered: Mapping[str, float] | None = None, hour_s: float = 3600.0
                  ) -> dict[str, Ai2Team]:
-    """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour.
+    """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour,
+    exactly from the job records (each job's submission, runs and end), not the samples.
 
     ``offered`` (team -> offered GPU-hours in ``window``) decides *enough demand*; without
     it no team has enough demand, rather than judging by the policy's outcome.
@@ -222,36 +257,40 @@ def ai2_measures(result: SimResult, window: tuple[float, float], *,
     a, b = window
     share = shares(result)
     entitled: dict[str, float] = {}
-    demand: dict[tuple[str, int], float] = {}
-    delivered: dict[str, float] = {}
     entitled_h: dict[tuple[str, int], float] = {}
-    for s, d in intervals(result.samples, a, b):
-        lo = max(s.t_s, a)
-        hi = lo + d
-        while lo < hi:
-            hour = int((lo - a) // hour_s)
-            top = min(hi, a + (hour + 1) * hour_s)
-            part = (top - lo) / 3600.0
-            for team in set(s.busy_gpus) | set(s.pending_gpus):
-                asking = s.busy_gpus.get(team, 0) + s.pending_gpus.get(team, 0)
-                demand[team, hour] = demand.get((team, hour), 0.0) + asking * part
-                delivered[team] = delivered.get(team, 0.0) + s.busy_gpus.get(team, 0) * part
-            for team, g in share.items():
-                entitled_h[team, hour] = entitled_h.get((team, hour), 0.0) + g * part
-                entitled[team] = entitled.get(team, 0.0) + g * part
-            lo = top
+    demand: dict[tuple[str, int], float] = {}
+    busy_h: dict[tuple[str, int], float] = {}
+    delivered: dict[str, float] = {}
+    for team, g in share.items():
+        for hour, part in _hours(a, b, a, b, hour_s):
+            entitled_h[team, hour] = g * part
+            entitled[team] = entitled.get(team, 0.0) + g * part
+    for job in result.jobs:
+        if not job.feasible:
+            continue
+        # from submission to its end a job is always running or pending: asking for GPUs
+        until = job.end_s if job.end_s is not None else result.end_s
+        for hour, part in _hours(job.submit_s, until, a, b, hour_s):
+            demand[job.team, hour] = demand.get((job.team, hour), 0.0) + job.gpus * part
+        for start, end, held in job.runs:
+            for hour, part in _hours(start, end, a, b, hour_s):
+                busy_h[job.team, hour] = busy_h.get((job.team, hour), 0.0) + held * part
+                delivered[job.team] = delivered.get(job.team, 0.0) + held * part
     names = set(share) | {t for t, _ in demand}
     out: dict[str, Ai2Team] = {}
     for team in sorted(names):
         hours = {h for (t, h) in demand if t == team} | {h for (t, h) in entitled_h if t == team}
-        owed = sum(min(entitled_h.get((team, h), 0.0), demand.get((team, h), 0.0))
-                   for h in hours)
+        owed_h = {h: min(entitled_h.get((team, h), 0.0), demand.get((team, h), 0.0))
+                  for h in hours}
+        owed = sum(owed_h.values())
+        toward = sum(min(busy_h.get((team, h), 0.0), o) for h, o in owed_h.items())
         mine = None if offered is None else offered.get(team, 0.0)
         ent = entitled.get(team, 0.0)
         out[team] = Ai2Team(
             team=team, entitled_gpu_h=ent,
             demand_gpu_h=sum(v for (t, _), v in demand.items() if t == team),
             owed_gpu_h=owed, delivered_gpu_h=delivered.get(team, 0.0), offered_gpu_h=mine,
+            delivered_owed_gpu_h=toward,
             enough_demand=mine is not None and ent > 0 and mine >= ent - _EPS)
     return out
 

@@ -25,6 +25,9 @@ class JobOutcome:
     run_s: float  # time actually run, all attempts
     requeues: int = 0
     lost_gpu_s: float = 0.0  # GPU-seconds of work lost to requeues (since last checkpoint)
+    #: every run as (start, end, GPUs held); the last one ends at the run's end if running
+    runs: tuple[tuple[float, float, int], ...] = ()
+    feasible: bool = True  # False: no node of this cluster could ever run it
 
     @property
     def wait_s(self) -> float | None:

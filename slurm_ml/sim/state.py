@@ -74,6 +74,8 @@ class Task:
     run_s: float = 0.0
     requeues: int = 0
     lost_gpu_s: float = 0.0
+    #: every finished or halted run as (start, end, GPUs held): the job record's history
+    runs: list[tuple[float, float, int]] = field(default_factory=list)
     #: the last ``waiting_jobs`` value built for it, as (order, pend_since, value)
     waiting: tuple[int, float, WaitingJob] | None = None
 

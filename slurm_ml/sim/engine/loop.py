@@ -225,6 +225,7 @@ class Engine:
         st.left_running(task)
         st.cluster.release(task.alloc)
         task.run_s += st.now - task.run_start
+        task.runs.append((task.run_start, st.now, task.held))
         closed = es.running_footprint(st, task, until=st.now)
         assert task.footprint is not None
         st.ledger.replace(task.footprint, closed)
@@ -287,7 +288,10 @@ class Engine:
                        gpus=t.spec.gpus, submit_s=t.spec.submit_s, start_s=t.first_start,
                        end_s=t.end,
                        run_s=t.run_s + (st.now - t.run_start if t.state == RUNNING else 0.0),
-                       requeues=t.requeues, lost_gpu_s=t.lost_gpu_s)
+                       requeues=t.requeues, lost_gpu_s=t.lost_gpu_s,
+                       runs=(*t.runs, *(((t.run_start, st.now, t.held),)
+                                        if t.state == RUNNING else ())),
+                       feasible=t.state != NEVER)
             for t in st.tasks)
         return SimResult(policy=self.policy.name, cluster_gpus=st.cluster.total,
                          start_s=self._start_s, end_s=st.now, jobs=outcomes,
