@@ -22,18 +22,21 @@ from slurm_ml.sim.workload import DEBUG, SimJob
 __all__ = [
     "arrival_scale_for",
     "arrival_scale_for_load",
+    "classes_config",
     "classify",
     "cluster_config",
     "config_data",
     "demand_ratio",
     "implied_cluster_gpus",
     "inject_debug_jobs",
+    "map_accounts",
     "mark_unallocated",
     "reclassify",
     "scale_arrivals",
     "slice_trace",
     "team_weights",
     "trace_config",
+    "weighted_tree",
 ]
 
 _HOUR = 3600.0
@@ -307,23 +310,7 @@ def cluster_config(
         base.cluster,
         partitions=tuple(dataclasses.replace(p, nodes=whole) for p in base.cluster.partitions),
     )
-    owner = dict(users) if users is not None else {team: vc_user(team) for team in weights}
-    missing = [team for team in weights if team not in owner]
-    if missing:
-        raise ValueError(f"no user for team(s) {', '.join(sorted(missing))}")
-    budgets = BudgetTree(
-        org=base.budgets.org,
-        programs=(
-            BudgetProgram(
-                name=program,
-                weight=1.0,
-                projects=tuple(
-                    BudgetProject(name=team, weight=float(weight), users=(owner[team],))
-                    for team, weight in sorted(weights.items())
-                ),
-            ),
-        ),
-    )
+    budgets = weighted_tree(base, weights, users=users, program=program)
     checked = parse_config(
         {
             "cluster": config_data(cluster),
@@ -343,6 +330,88 @@ def cluster_config(
         node_classes=checked.node_classes,
         budgets=checked.budgets,
     )
+
+
+def weighted_tree(base: Config, weights: Mapping[str, float], *,
+                  users: Mapping[str, str] | None = None, program: str = "philly"
+                  ) -> BudgetTree:
+    """Base's org -> one program -> one project per team weighted by ``weights`` -> one
+    user (``users[team]``, default ``vc_<team>`` as the Philly-derived loaders name VC
+    users)."""
+    owner = dict(users) if users is not None else {team: vc_user(team) for team in weights}
+    missing = [team for team in weights if team not in owner]
+    if missing:
+        raise ValueError(f"no user for team(s) {', '.join(sorted(missing))}")
+    return BudgetTree(
+        org=base.budgets.org,
+        programs=(
+            BudgetProgram(
+                name=program,
+                weight=1.0,
+                projects=tuple(
+                    BudgetProject(name=team, weight=float(weight), users=(owner[team],))
+                    for team, weight in sorted(weights.items())
+                ),
+            ),
+        ),
+    )
+
+
+def classes_config(
+    base: Config,
+    node_classes: Iterable[Mapping[str, Any]],
+    gpu_types: Mapping[str, Any] | None = None,
+    *,
+    budgets: BudgetTree | None = None,
+    source: str = "scenario",
+) -> Config:
+    """``base`` with its cluster replaced by ``node_classes`` (YAML data in
+    slurm-ml.yaml's own schema; ``gpu_types`` add to or replace base's types), every
+    base partition spanning all of them. Checked by the one config parser, so a bad
+    class is a ConfigError naming ``source`` and the field."""
+    from ClusterShell.NodeSet import NodeSet
+
+    types = {name: {k: v for k, v in config_data(gt).items() if k != "name"}
+             for name, gt in base.gpu_types.items()}
+    types.update({name: dict(v) if isinstance(v, Mapping) else v
+                  for name, v in (gpu_types or {}).items()})
+    classes = [dict(nc) for nc in node_classes]
+    nodes = NodeSet.fromlist([str(nc.get("nodes", "")) for nc in classes if nc.get("nodes")])
+    cluster = config_data(base.cluster)
+    for part in cluster["partitions"]:
+        part["nodes"] = str(nodes)
+    checked = parse_config(
+        {"cluster": cluster, "gpu_types": types, "node_classes": classes,
+         "budgets": config_data(budgets or base.budgets)},
+        source=f"{source} cluster",
+    )
+    return dataclasses.replace(base, cluster=checked.cluster, gpu_types=checked.gpu_types,
+                               node_classes=checked.node_classes, budgets=checked.budgets)
+
+
+def map_accounts(trace: Trace, cfg: Config, *, teams: Mapping[str, str],
+                 users: Mapping[str, str], default: str | None = None) -> Trace:
+    """The trace's jobs charged to ``cfg``'s own accounts: a job's account is
+    ``users[job.user]``, else ``teams[job.team]``, else ``default``. An account must be a
+    project of the config's budget tree; a job no rule maps is a ValueError that names
+    the teams left over, so a typo cannot silently move work into the wrong budget."""
+    projects = {proj.name for prog in cfg.budgets.programs for proj in prog.projects}
+    bad = sorted({a for a in (*teams.values(), *users.values(), default) if a} - projects)
+    if bad:
+        raise ValueError(f"no such account in the budget tree: {', '.join(bad)} "
+                         f"(projects: {', '.join(sorted(projects))})")
+    jobs, unmapped = [], set()
+    for job in trace.jobs:
+        account = users.get(job.user) or teams.get(job.team) or default
+        if account is None:
+            unmapped.add(job.team)
+            continue
+        jobs.append(job if account == job.team else dataclasses.replace(job, team=account))
+    if unmapped:
+        raise ValueError(f"trace team(s) {', '.join(sorted(unmapped))} map to no account: "
+                         "add them to budgets.accounts.teams or give a default")
+    moved = sum(1 for j, old in zip(jobs, trace.jobs, strict=True) if j.team != old.team)
+    return _with_jobs(trace, jobs, f"{moved} jobs charged to the config's accounts")
 
 
 def trace_config(

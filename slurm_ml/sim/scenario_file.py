@@ -16,7 +16,15 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DebugMix", "Faults", "Scenario", "ScenarioError", "load_scenario"]
+__all__ = [
+    "Accounts",
+    "DebugMix",
+    "Faults",
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+    "parse_override",
+]
 
 
 class ScenarioError(ValueError):
@@ -42,6 +50,16 @@ class Faults:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Accounts:
+    """The config's own budget tree, with the trace's teams and users mapped onto its
+    accounts (projects): a user's mapping wins over their team's."""
+
+    teams: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    default: str | None = None  # the account of a job no mapping names (None: an error)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Scenario:
     """A resolved what-if. ``None`` means "the CLI default"."""
 
@@ -55,13 +73,19 @@ class Scenario:
     gpus_per_node: int | None = None
     leaf_nodes: int | None = None
     gpu_type: str | None = None
+    #: the cluster in slurm-ml.yaml's own schema (raw YAML data; the config parser checks it)
+    node_classes: tuple[Mapping[str, Any], ...] | None = None
+    gpu_types: Mapping[str, Any] | None = None
     weights: Mapping[str, float] | None = None
+    accounts: Accounts | None = None
     unallocated: float | None = None
     debug: DebugMix | None = None
     faults: Faults = Faults()
     policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     policies: tuple[str, ...] | None = None
     seed: int | None = None
+    cycle_s: float | None = None
+    partition_by_team: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, everything recorded (the report's copy of the scenario)."""
@@ -69,6 +93,8 @@ class Scenario:
         if self.debug is not None:
             out["debug"]["gpus"] = {str(k): v for k, v in self.debug.gpus.items()}
         out["policies"] = None if self.policies is None else list(self.policies)
+        if self.node_classes is not None:
+            out["node_classes"] = [dict(nc) for nc in self.node_classes]
         return out
 
 
@@ -83,6 +109,9 @@ class _Reader:
         self.source = source
 
     def fail(self, node: yaml.Node, message: str) -> ScenarioError:
+        name = str(node.start_mark.name)
+        if name.startswith("override "):  # set by a flag or a sweep, not in the file
+            return ScenarioError(f"{self.source}: {name}: {message}")
         return ScenarioError(f"{self.source}:{_line(node)}: {message}")
 
     def mapping(self, node: yaml.Node, what: str, keys: set[str]) -> dict[str, yaml.Node]:
@@ -148,24 +177,90 @@ _TOP = {
     "policy",
     "policies",
     "seed",
+    "engine",
 }
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and check a scenario file (see docs/simulator.md for its keys)."""
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """``KEY.PATH=VALUE`` (VALUE read as YAML: ``7``, ``2.5``, ``fifo``, ``{1: 1.0}``)."""
+    key, sep, value = text.partition("=")
+    path = tuple(key.strip().split("."))
+    if not sep or not all(path):
+        raise ScenarioError(f"override {text!r}: expected KEY.PATH=VALUE")
+    try:
+        return path, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"override {text!r}: value is not valid YAML: {exc}") from exc
+
+
+def _set(root: yaml.Node, path: tuple[str, ...], value: Any, label: str) -> yaml.Node:
+    """``root`` with the node at ``path`` replaced by ``value`` (made on the way if
+    missing); the new nodes carry ``label`` as their source, so an error names it."""
+    mark = yaml.Mark(label, 0, -1, 0, None, 0)
+    new = yaml.SafeDumper(None).represent_data(value)  # type: ignore[arg-type]
+    _mark(new, mark)
+    if root is None or not path:
+        raise ScenarioError(f"{label}: cannot override the whole scenario")
+    node = root
+    for i, key in enumerate(path):
+        if not isinstance(node, yaml.MappingNode):
+            raise ScenarioError(f"{label}: {'.'.join(path[:i])} is not a mapping")
+        hit = next((pair for pair in node.value
+                    if isinstance(pair[0], yaml.ScalarNode) and pair[0].value == key), None)
+        last = i == len(path) - 1
+        if hit is None:
+            child: yaml.Node = new if last else yaml.MappingNode(
+                "tag:yaml.org,2002:map", [], start_mark=mark, end_mark=mark)
+            node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", key,
+                                               start_mark=mark, end_mark=mark), child))
+            node = child
+        elif last:
+            node.value[node.value.index(hit)] = (hit[0], new)
+        else:
+            node = hit[1]
+    return root
+
+
+def _mark(node: yaml.Node, mark: yaml.Mark) -> None:
+    node.start_mark = node.end_mark = mark
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            _mark(k, mark)
+            _mark(v, mark)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _mark(v, mark)
+
+
+def load_scenario(path: str | Path,
+                  overrides: tuple[tuple[tuple[str, ...], Any], ...] = ()) -> Scenario:
+    """Read and check a scenario file (see docs/simulator.md for its keys), with
+    ``overrides`` (from :func:`parse_override`) set on it first: a sweep point is the
+    file with one knob changed, checked by the same rules."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{source}: cannot read: {exc.strerror}") from exc
+    return parse_scenario(text, source, overrides)
+
+
+def parse_scenario(text: str, source: str = "<scenario>",
+                   overrides: tuple[tuple[tuple[str, ...], Any], ...] = ()) -> Scenario:
+    """:func:`load_scenario` on the file's text."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{source}{where}: not valid YAML: {exc}") from exc
+    if root is None and overrides:
+        root = yaml.MappingNode("tag:yaml.org,2002:map", [])
     if root is None:
         raise ScenarioError(f"{source}:1: empty scenario file")
+    for key, value in overrides:
+        label = f"override {'.'.join(key)}={value!r}"
+        root = _set(root, key, value, label)
     r = _Reader(source)
     top = r.mapping(root, "scenario", _TOP)
     fields: dict[str, Any] = {"source": source}
@@ -187,23 +282,19 @@ def load_scenario(path: str | Path) -> Scenario:
         else:
             fields["target_load"] = r.number(ar["target_load"], "arrivals.target_load", strict=True)
     if "cluster" in top:
-        cl = r.mapping(
-            top["cluster"], "cluster", {"nodes", "gpus_per_node", "leaf_nodes", "gpu_type"}
-        )
-        for key in ("nodes", "gpus_per_node", "leaf_nodes"):
-            if key in cl:
-                fields[key] = r.integer(cl[key], f"cluster.{key}")
-        if "gpu_type" in cl:
-            fields["gpu_type"] = r.string(cl["gpu_type"], "cluster.gpu_type")
+        fields.update(_cluster(r, top["cluster"]))
     if "budgets" in top:
-        bu = r.mapping(top["budgets"], "budgets", {"weights"})
-        if "weights" in bu:
-            wn = r.mapping(bu["weights"], "budgets.weights", set())
-            if not wn:
-                raise r.fail(bu["weights"], "budgets.weights: no teams")
-            fields["weights"] = {
-                t: r.number(n, f"budgets.weights.{t}", strict=True) for t, n in wn.items()
-            }
+        fields.update(_budgets(r, top["budgets"]))
+    if "engine" in top:
+        en = r.mapping(top["engine"], "engine", {"cycle_s", "partition_by_team"})
+        if "cycle_s" in en:
+            fields["cycle_s"] = r.number(en["cycle_s"], "engine.cycle_s", strict=True)
+        if "partition_by_team" in en:
+            v = r.value(en["partition_by_team"])
+            if not isinstance(v, bool):
+                raise r.fail(en["partition_by_team"], "engine.partition_by_team must be "
+                             f"true or false, got {v!r}")
+            fields["partition_by_team"] = v
     if "unallocated" in top:
         fields["unallocated"] = r.number(top["unallocated"], "unallocated", high=1.0)
     if "debug" in top:
@@ -238,6 +329,69 @@ def load_scenario(path: str | Path) -> Scenario:
     if "seed" in top:
         fields["seed"] = r.integer(top["seed"], "seed", low=0)
     return Scenario(**fields)
+
+
+_SIMPLE = ("nodes", "gpus_per_node", "leaf_nodes", "gpu_type")
+
+
+def _cluster(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+    """Either the simple layout (N nodes of one type, leaves of ``leaf_nodes``) or the
+    config's own ``node_classes`` (+ optional ``gpu_types``) schema, never both."""
+    cl = r.mapping(node, "cluster", {*_SIMPLE, "node_classes", "gpu_types"})
+    out: dict[str, Any] = {}
+    if "node_classes" in cl:
+        simple = [k for k in _SIMPLE if k in cl]
+        if simple:
+            raise r.fail(cl[simple[0]], f"cluster: {simple[0]} cannot be combined with "
+                         "node_classes (give each class its gpus_per_node and leaf_switch)")
+        classes = r.value(cl["node_classes"])
+        if not isinstance(classes, list) or not classes or not all(
+                isinstance(c, dict) for c in classes):
+            raise r.fail(cl["node_classes"], "cluster.node_classes must be a non-empty list "
+                         "of node classes, as in slurm-ml.yaml")
+        out["node_classes"] = tuple(classes)
+    if "gpu_types" in cl:
+        types = r.value(cl["gpu_types"])
+        if not isinstance(types, dict) or not types:
+            raise r.fail(cl["gpu_types"], "cluster.gpu_types must map GRES type names to "
+                         "their properties, as in slurm-ml.yaml")
+        out["gpu_types"] = types
+    for key in ("nodes", "gpus_per_node", "leaf_nodes"):
+        if key in cl:
+            out[key] = r.integer(cl[key], f"cluster.{key}")
+    if "gpu_type" in cl:
+        out["gpu_type"] = r.string(cl["gpu_type"], "cluster.gpu_type")
+    return out
+
+
+def _budgets(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+    """``weights`` per trace team (a tree of one program), or ``accounts``: the config's
+    own tree with trace teams and users mapped onto its projects."""
+    bu = r.mapping(node, "budgets", {"weights", "accounts"})
+    if ("weights" in bu) == ("accounts" in bu):
+        raise r.fail(node, "budgets: give exactly one of weights (per trace team) or "
+                     "accounts (the config's own tree, with teams/users mapped onto it)")
+    if "weights" in bu:
+        wn = r.mapping(bu["weights"], "budgets.weights", set())
+        if not wn:
+            raise r.fail(bu["weights"], "budgets.weights: no teams")
+        return {"weights": {
+            t: r.number(n, f"budgets.weights.{t}", strict=True) for t, n in wn.items()}}
+    ac = r.mapping(bu["accounts"], "budgets.accounts", {"teams", "users", "default"})
+
+    def names(key: str) -> dict[str, str]:
+        if key not in ac:
+            return {}
+        mn = r.mapping(ac[key], f"budgets.accounts.{key}", set())
+        return {k: r.string(v, f"budgets.accounts.{key}.{k}") for k, v in mn.items()}
+
+    accounts = Accounts(teams=names("teams"), users=names("users"),
+                        default=r.string(ac["default"], "budgets.accounts.default")
+                        if "default" in ac else None)
+    if not (accounts.teams or accounts.users or accounts.default):
+        raise r.fail(bu["accounts"], "budgets.accounts: map teams or users to accounts, "
+                     "or give a default account")
+    return {"accounts": accounts}
 
 
 def _debug(r: _Reader, node: yaml.Node) -> DebugMix:
