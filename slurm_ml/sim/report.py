@@ -179,13 +179,20 @@ def _pct(x: float | None) -> str:
 
 
 def _scenario_table(scenario: Mapping[str, object]) -> str:
-    return _table(
-        ["knob", "value"],
-        [
-            [str(k), v if isinstance(v, str) else json.dumps(_jsonable(v))]
-            for k, v in scenario.items()
-        ],
-    )
+    """One row per knob; the resolved scenario file's sections are spelled out key by key
+    (``resolved.debug.gpus``), so the page shows everything a rerun needs."""
+    rows: list[list[str]] = []
+
+    def add(key: str, v: object, depth: int) -> None:
+        if isinstance(v, Mapping) and v and depth > 0:
+            for k, sub in v.items():
+                add(f"{key}.{k}", sub, depth - 1)
+        else:
+            rows.append([key, v if isinstance(v, str) else json.dumps(_jsonable(v))])
+
+    for k, v in scenario.items():
+        add(str(k), v, 2 if k == "resolved" else 0)
+    return _table(["knob", "value"], rows)
 
 
 def _targets_table(summaries: Sequence[Summary]) -> str:

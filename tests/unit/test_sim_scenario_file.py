@@ -54,3 +54,17 @@ def test_a_target_offered_load_is_hit_within_five_percent() -> None:
     factor = scenario.arrival_scale_for_load(trace, 480, 2.5)
     jobs = scenario.scale_arrivals(trace, factor).jobs
     assert offered_load(jobs, 480, judged_window(jobs)) == pytest.approx(2.5, rel=0.05)
+
+
+def test_the_report_page_shows_the_whole_what_if(tmp_path: Path) -> None:
+    """Acceptance: weights, 60 x 8 on 6 leaves, the debug mix and the 2.5x load are on
+    the page itself, not only in the JSON."""
+    out = tmp_path / "report"
+    res = CliRunner().invoke(main, ["sim", "--scenario", str(EXAMPLE), "--hours", "24",
+                                    "--policy", "fifo", "--report", str(out)])
+    assert res.exit_code == 0, res.output
+    page = (out / "index.html").read_text()
+    assert "resolved.weights.b436b2" in page and "resolved.target_load" in page
+    assert page.count("sim-leaf") == 6 and "sim-leaf6" in page  # 6 leaf switches
+    assert "resolved.debug.gpus" in page and "0.7" in page
+    assert "resolved.debug.rate_per_team_per_hour" in page
