@@ -72,6 +72,10 @@ class Cluster:
             return tuple(range(len(self.type_names)))
         return tuple(i for i, name in enumerate(self.type_names) if name == gpu_type)
 
+    def types_among(self, gpu_types: Sequence[str]) -> tuple[int, ...]:
+        """Type indices of the named types (what admission let a job run on)."""
+        return tuple(i for i, name in enumerate(self.type_names) if name in gpu_types)
+
     def one_node(self, gpus: int, types: Sequence[int]) -> bool:
         """Whether the job goes on one node: it fits a node of some acceptable type."""
         return gpus <= max((self.max_gpn[t] for t in types), default=0)

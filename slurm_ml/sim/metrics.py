@@ -155,6 +155,8 @@ DEFINITIONS: dict[str, str] = {
                     "it, as if run from submission) / (cluster GPUs x window hours)",
     "enough_demand": "offered GPU-hours in the judged window >= entitled GPU-hours "
                      "there: from the workload, the same for every policy",
+    "type_occupancy": "per GPU type: busy GPU-time of that type's GPUs / (its GPUs x "
+                      "sampled time) over the judged window (a pool's utilisation)",
 }
 
 
@@ -322,6 +324,8 @@ class Summary:
     ai2: Mapping[str, Ai2Team] = field(default_factory=dict)  # team -> Ai2's measures
     judged_window: tuple[float, float] | None = None
     offered_load: float | None = None  # from the workload, the same for every policy
+    #: GPU type -> occupancy of that type's GPUs over the judged window (after warm-up)
+    type_occupancy: Mapping[str, float] = field(default_factory=dict)
 
     def team(self, name: str) -> TeamSummary:
         for t in self.teams:
@@ -347,6 +351,7 @@ class Summary:
             "qos_preemptions": self.qos_preemptions,
             "judged_window": None if self.judged_window is None else list(self.judged_window),
             "offered_load": self.offered_load,
+            "type_occupancy": dict(self.type_occupancy),
             "ai2": {k: v.as_dict() for k, v in sorted(self.ai2.items())},
             "definitions": DEFINITIONS,
         }
@@ -446,6 +451,18 @@ def _occupancy(spans: Sequence[tuple[CycleSample, float]], gpus: int) -> float |
     return sum(sum(s.busy_gpus.values()) * d for s, d in spans) / (gpus * sampled)
 
 
+def type_occupancy(spans: Sequence[tuple[CycleSample, float]]) -> dict[str, float]:
+    """Per GPU type, its busy GPU time over its GPUs x the sampled time (the pools of a
+    heterogeneous cluster; samples without per-type counts give nothing)."""
+    busy: dict[str, float] = {}
+    size: dict[str, float] = {}
+    for s, d in spans:
+        for name, n in s.busy_by_type.items():
+            busy[name] = busy.get(name, 0.0) + n * d
+            size[name] = size.get(name, 0.0) + (n + s.free_by_type.get(name, 0)) * d
+    return {name: busy[name] / size[name] for name in busy if size[name] > 0}
+
+
 def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
               warmup_s: float | None = None,
               workload: Sequence[SimJob] | None = None) -> Summary:
@@ -496,7 +513,7 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
         max_wait_s=waits[ALL].max_s, max_wait_never_started_s=max(never) if never else None,
         wall_s=result.wall_s, steady_occupancy=steady,
         qos_preemptions=result.qos_preemptions, ai2=ai2, judged_window=judged,
-        offered_load=load)
+        offered_load=load, type_occupancy=type_occupancy(warm_spans))
 
 
 _UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",
@@ -591,6 +608,11 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
     row("offered load (judged window)", [s.offered_load for s in summaries], "x")
     row("occupancy", [s.occupancy for s in summaries], "pct")
     row("occupancy after warm-up", [s.steady_occupancy for s in summaries], "pct")
+    pools = list(dict.fromkeys(t for s in summaries for t in s.type_occupancy))
+    if len(pools) > 1:
+        for pool in pools:
+            row(f"  {pool} occupancy after warm-up",
+                [s.type_occupancy.get(pool) for s in summaries], "pct")
     row("utilisation (= occupancy)", [s.utilisation for s in summaries], "pct")
     row("fragmentation index", [s.fragmentation for s in summaries], "pct")
     row("preemptions", [s.preemptions for s in summaries], "n")

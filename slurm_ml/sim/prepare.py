@@ -48,6 +48,8 @@ class Prepared:
     scale: float
     settings: SimSettings
     demand_ratio: float | None
+    #: the requests drawn and what admission did (``sim.admit``); empty when not asked
+    admission: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -140,6 +142,7 @@ def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None =
                              "give no cluster size")
         cfg, trace = partition_by_team(cfg, trace, vc_nodes)
         size = sum(vc_nodes.values()) * DEFAULT_GPUS_PER_NODE
+    trace, admitted = _admission(sc, cfg, trace)
     settings = SimSettings() if sc.cycle_s is None else dataclasses.replace(
         SimSettings(), cycle_s=sc.cycle_s)
     try:
@@ -147,7 +150,24 @@ def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None =
     except ValueError:  # one arrival instant: no rate to speak of
         ratio = None
     return Prepared(scenario=sc, trace=trace, cfg=cfg, gpus=size, scale=scale or 1.0,
-                    settings=settings, demand_ratio=ratio)
+                    settings=settings, demand_ratio=ratio, admission=admitted)
+
+
+def _admission(sc: Scenario, cfg: Config, trace: Trace) -> tuple[Trace, dict[str, Any]]:
+    """The scenario's requests drawn where the trace lacks them, then admission (on or
+    off) on every job (``sim.admit``)."""
+    if sc.requests is None and not sc.admission:
+        return trace, {}
+    from slurm_ml.sim.admit import admit_jobs, draw_requests
+
+    jobs, info = list(trace.jobs), {}
+    if sc.requests is not None:
+        jobs, drawn = draw_requests(jobs, sc.requests, seed=sc.seed or 0,
+                                    gpu_types=tuple(cfg.gpu_types), source=sc.source)
+        info["requests"] = drawn
+    jobs, admitted = admit_jobs(jobs, cfg, on=sc.admission)
+    info.update(admitted)
+    return dataclasses.replace(trace, jobs=tuple(jobs)), info
 
 
 def _budgets(sc: Scenario, base: Config, shape: Config, trace: Trace,
@@ -211,6 +231,7 @@ def scenario_info(prep: Prepared, judged: Sequence[Summary]) -> dict[str, Any]:
         "unallocated_fraction": sc.unallocated,
         "demand_ratio": None if prep.demand_ratio is None else round(prep.demand_ratio, 3),
         "cycle_s": prep.settings.cycle_s,
+        **({"admission": dict(prep.admission)} if prep.admission else {}),
         "measured_window_s": list(first.window) if first else None,
         "partitioned_by_team": sc.partition_by_team,
         "node_classes": [{"name": nc.name, "nodes": nc.nodes, "gpu_type": nc.gpu_type,

@@ -46,6 +46,9 @@ class CycleSample:
     fragmented_gpus: int  # free GPUs no pending job could use (wrong shape or leaf)
     owed_gpu_h: Mapping[str, float] = field(default_factory=dict)  # team -> window owed
     delivered_gpu_h: Mapping[str, float] = field(default_factory=dict)  # team -> window delivered
+    #: GPU type -> GPUs in use, and -> GPUs free (their sum is the type's size)
+    busy_by_type: Mapping[str, int] = field(default_factory=dict)
+    free_by_type: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ __all__ = [
     "Accounts",
     "DebugMix",
     "Faults",
+    "Requests",
     "Scenario",
     "ScenarioError",
     "load_scenario",
@@ -47,6 +48,20 @@ class Faults:
 
     rate_per_node_per_day: float = 0.0
     repair_hours: float = 4.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requests:
+    """What each job asks for where the trace does not say, drawn per job from the seed:
+    the GRES type it names (``--gres=gpu:<type>:N``) and the GPU memory it needs per
+    GPU (GB), one distribution for every job or one per asked type (``by_type``). Either
+    may be left out; an empty mapping draws nothing."""
+
+    gpu_type: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    mem_gb: Mapping[float, float] = dataclasses.field(default_factory=dict)
+    #: asked type -> its own memory-need distribution (instead of ``mem_gb``)
+    mem_gb_by_type: Mapping[str, Mapping[float, float]] = dataclasses.field(
+        default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +101,9 @@ class Scenario:
     seed: int | None = None
     cycle_s: float | None = None
     partition_by_team: bool = False
+    requests: Requests | None = None
+    #: each submission goes through policy.admission (capability matching, shaping)
+    admission: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, everything recorded (the report's copy of the scenario)."""
@@ -95,6 +113,11 @@ class Scenario:
         out["policies"] = None if self.policies is None else list(self.policies)
         if self.node_classes is not None:
             out["node_classes"] = [dict(nc) for nc in self.node_classes]
+        if self.requests is not None:
+            rq = self.requests
+            out["requests"]["mem_gb"] = {f"{k:g}": v for k, v in rq.mem_gb.items()}
+            out["requests"]["mem_gb_by_type"] = {
+                t: {f"{k:g}": v for k, v in d.items()} for t, d in rq.mem_gb_by_type.items()}
         return out
 
 
@@ -178,6 +201,8 @@ _TOP = {
     "policies",
     "seed",
     "engine",
+    "requests",
+    "admission",
 }
 
 
@@ -328,7 +353,63 @@ def parse_scenario(text: str, source: str = "<scenario>",
         fields["policies"] = tuple(v)
     if "seed" in top:
         fields["seed"] = r.integer(top["seed"], "seed", low=0)
+    if "requests" in top:
+        fields["requests"] = _requests(r, top["requests"])
+    if "admission" in top:
+        v = r.value(top["admission"])  # YAML 1.1 reads a bare on/off as true/false
+        if isinstance(v, str) and v.lower() in ("on", "off"):
+            v = v.lower() == "on"
+        if not isinstance(v, bool):
+            raise r.fail(top["admission"], f"admission must be on or off, got {v!r}")
+        fields["admission"] = v
     return Scenario(**fields)
+
+
+def _distribution(r: _Reader, node: yaml.Node, what: str, example: str,
+                  key: Any) -> dict[Any, float]:
+    """A mapping of outcomes to probabilities that sum to 1; ``key`` reads an outcome."""
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        raise r.fail(node, f"{what} must map outcomes to probabilities, e.g. {example}")
+    out: dict[Any, float] = {}
+    for k, v in node.value:
+        name = key(k)
+        if name in out:
+            raise r.fail(k, f"{what}: duplicate key {name!r}")
+        out[name] = r.number(v, f"{what}.{name}", high=1.0)
+    if abs(sum(out.values()) - 1) > 1e-6:
+        raise r.fail(node, f"{what} probabilities must sum to 1, got {sum(out.values()):g}")
+    return out
+
+
+def _requests(r: _Reader, node: yaml.Node) -> Requests:
+    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb"})
+    if not rq:
+        raise r.fail(node, "requests: give gpu_type and/or mem_gb distributions")
+    gpu_type = (_distribution(r, rq["gpu_type"], "requests.gpu_type", "{a100_80g: 1.0}",
+                              lambda k: r.string(k, "requests.gpu_type key"))
+                if "gpu_type" in rq else {})
+
+    def gb(node: yaml.Node, what: str) -> dict[float, float]:
+        return _distribution(r, node, what, "{20: 0.3, 35: 0.7}",
+                             lambda k: r.number(k, f"{what} key", strict=True))
+
+    if "mem_gb" not in rq:
+        return Requests(gpu_type=gpu_type)
+    mn = rq["mem_gb"]
+    per_type = isinstance(mn, yaml.MappingNode) and bool(mn.value) and all(
+        isinstance(v, yaml.MappingNode) for _, v in mn.value)
+    if not per_type:
+        return Requests(gpu_type=gpu_type, mem_gb=gb(mn, "requests.mem_gb"))
+    by_type = {}
+    for name, dist in r.mapping(mn, "requests.mem_gb", set()).items():
+        if name not in gpu_type:
+            raise r.fail(dist, f"requests.mem_gb.{name}: {name} is not a type in "
+                         "requests.gpu_type")
+        by_type[name] = gb(dist, f"requests.mem_gb.{name}")
+    missing = sorted(set(gpu_type) - set(by_type))
+    if missing:
+        raise r.fail(mn, f"requests.mem_gb: no distribution for {', '.join(missing)}")
+    return Requests(gpu_type=gpu_type, mem_gb_by_type=by_type)
 
 
 _SIMPLE = ("nodes", "gpus_per_node", "leaf_nodes", "gpu_type")

@@ -201,7 +201,9 @@ def billing_weight(cfg: Config, gpu_type: str | None) -> float:
 
 def new_task(cfg: Config, cluster: Cluster, job: SimJob) -> Task:
     qos = ALLOC_QOS if job.min_runtime_s > 0 else FREE_QOS
-    return Task(spec=job, types=cluster.types_for(job.gpu_type), qos=qos,
+    types = (cluster.types_for(job.gpu_type) if job.gpu_types is None
+             else cluster.types_among(job.gpu_types))
+    return Task(spec=job, types=types, qos=qos,
                 billing_pending=job.gpus * billing_weight(cfg, job.gpu_type),
                 pending_job=PendingJob(
                     job_id=job.job_id, account=job.team, user=job.user, qos=qos, nice=0,
@@ -259,7 +261,8 @@ def waiting_jobs(st: SimState) -> list[WaitingJob]:
             value = WaitingJob(
                 job_id=job.job_id, account=job.team, user=job.user, qos=task.qos,
                 gpus=job.gpus,
-                gpu_types=frozenset() if job.gpu_type is None else frozenset({job.gpu_type}),
+                gpu_types=(frozenset(job.gpu_types) if job.gpu_types is not None else
+                           frozenset() if job.gpu_type is None else frozenset({job.gpu_type})),
                 billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
                 reason="Resources", order=order)
         task.waiting = (order, task.pend_since, value)

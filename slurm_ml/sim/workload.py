@@ -28,6 +28,10 @@ class SimJob:
     resumable: bool = True
     gpu_type: str | None = None  # None = any type
     kind: str = SMALL  # DEBUG | SMALL | LARGE (gang of more than one node)
+    #: GPU types it may run on, once admission has widened ``gpu_type`` (None: just
+    #: ``gpu_type``); set by ``sim.admit``
+    gpu_types: tuple[str, ...] | None = None
+    mem_gb: float | None = None  # GPU memory it needs per GPU, in GB (None: not known)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -36,3 +40,7 @@ class SimJob:
             raise ValueError(f"job {self.job_id}: duration must be > 0, got {self.duration_s}")
         if self.submit_s < 0:
             raise ValueError(f"job {self.job_id}: submit time must be >= 0, got {self.submit_s}")
+        if self.gpu_types is not None and not self.gpu_types:
+            raise ValueError(f"job {self.job_id}: gpu_types must name a type, got ()")
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise ValueError(f"job {self.job_id}: mem_gb must be > 0, got {self.mem_gb}")

@@ -33,6 +33,7 @@ def fragmented_gpus(st: SimState) -> int:
 
 def sample(st: SimState, owed: Mapping[str, float], delivered: Mapping[str, float],
            ) -> CycleSample:
+    c = st.cluster
     return CycleSample(
         t_s=st.now,
         busy_gpus={team: n for team, n in st.busy.items() if n},
@@ -41,4 +42,8 @@ def sample(st: SimState, owed: Mapping[str, float], delivered: Mapping[str, floa
         fragmented_gpus=fragmented_gpus(st),
         owed_gpu_h=owed,
         delivered_gpu_h=delivered,
+        busy_by_type={name: c.type_total[i] - c.free_by_type[i]
+                      for i, name in enumerate(c.type_names) if c.type_total[i]},
+        free_by_type={name: c.free_by_type[i]
+                      for i, name in enumerate(c.type_names) if c.type_total[i]},
     )
