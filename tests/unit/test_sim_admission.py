@@ -155,3 +155,17 @@ def test_example_1_4_short_run_admission_on_beats_off(tmp_path: Path) -> None:
     assert p_off["type_occupancy"]["v100"] == 0.0  # nobody asks for a V100
     assert p_on["type_occupancy"]["v100"] > 0.0
     assert set(p_on["type_occupancy"]) == {"a100_80g", "a100_40g", "v100"}
+
+
+def test_type_occupancy_is_each_pools_busy_time_over_its_size() -> None:
+    from slurm_ml.sim.metrics import intervals, type_occupancy
+    from slurm_ml.sim.result import CycleSample
+
+    def at(t: float, busy80: int, busy100: int) -> CycleSample:
+        return CycleSample(t_s=t, busy_gpus={}, pending_gpus={}, free_gpus=0,
+                           fragmented_gpus=0,
+                           busy_by_type={"a100_80g": busy80, "v100": busy100},
+                           free_by_type={"a100_80g": 8 - busy80, "v100": 4 - busy100})
+
+    spans = intervals([at(0, 8, 0), at(10, 4, 4)], 0, 20)
+    assert type_occupancy(spans) == {"a100_80g": 0.75, "v100": 0.5}
