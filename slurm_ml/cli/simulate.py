@@ -30,7 +30,7 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
         yield lambda now, end: bar.update(task, completed=(now / end) if end > 0 else 1.0)
 
 
-@click.command("sim")
+@click.group("sim", invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="slurm-ml.yaml whose policy knobs to simulate (default $SLURM_ML_CONFIG, "
                    "then slurm_ml/share/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
@@ -66,7 +66,9 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="Write report.json, index.html and PNG charts here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
-def sim_cmd(*, config_path: str | None, scenario_path: str | None, spec: str | None,
+@click.pass_context
+def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str | None,
+            spec: str | None,
             policies: tuple[str, ...], start_hours: float | None,
             hours: float | None, gpus: int | None, scale: float | None, demand: float | None,
             debug_rate: float | None, unallocated: float | None, cycle_s: float | None,
@@ -76,8 +78,18 @@ def sim_cmd(*, config_path: str | None, scenario_path: str | None, spec: str | N
     a virtual clock, and compare policies: per-team delivered vs owed GPU-hours, queue
     waits per job class, occupancy, preemptions, fragmentation, starvation.
 
+    `slurm-ml sim sweep` runs one scenario at several values of one knob.
+
     Exit codes: 0 ok; 2 bad input (config, trace file, options).
     """
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params
+                 if ctx.params.get(p.name or "") not in (None, False, ())]
+        if given:  # `sim --hours 5 sweep ...` would silently drop --hours
+            fail(f"`slurm-ml sim {ctx.invoked_subcommand}` takes its own options: put "
+                 f"{', '.join(given)} after "
+                 f"{ctx.invoked_subcommand}", EXIT_BAD_INPUT)
+        return
     import dataclasses
 
     from slurm_ml.config import ConfigError
@@ -160,3 +172,10 @@ def _yaml_data(path: Path) -> Any:
     import yaml
 
     return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+
+
+# the subcommands live in their own module, which imports this one only when it runs
+from slurm_ml.cli.sim_sweep import sweep_cmd, sweep_point_cmd  # noqa: E402
+
+sim_cmd.add_command(sweep_cmd)
+sim_cmd.add_command(sweep_point_cmd)

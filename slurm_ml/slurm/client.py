@@ -21,7 +21,7 @@ from slurm_ml.slurm.accounts import parse_default_accounts
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
 from slurm_ml.slurm.priority import SPRIO_FORMAT, PriorityParts, parse_sprio, pick_parts
-from slurm_ml.slurm.protocol import JobSignal, SubmitRequest
+from slurm_ml.slurm.protocol import ArrayRequest, JobSignal, SubmitRequest
 from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.slurm.version import SlurmVersion
 
@@ -70,6 +70,33 @@ class CliSlurm:
             return int(out.split(";")[0])
         except ValueError as exc:
             raise SlurmParseError(f"sbatch --parsable printed {out!r}") from exc
+
+    def submit_array(self, req: ArrayRequest) -> int:
+        """``sbatch --array=LIST --wrap COMMAND`` as the calling user."""
+        if not req.indices:
+            raise ValueError("a job array needs at least one index")
+        argv = ["sbatch", "--parsable", f"--array={array_spec(req.indices)}",
+                f"--job-name={req.name}", f"--output={req.output}"]
+        opts = {"--partition": req.partition, "--account": req.account,
+                "--time": req.time_limit, "--chdir": req.workdir}
+        argv += [f"{k}={v}" for k, v in opts.items() if v is not None]
+        out = self.run([*argv, "--wrap", req.command]).strip()
+        try:
+            return int(out.split(";")[0])
+        except ValueError as exc:
+            raise SlurmParseError(f"sbatch --parsable printed {out!r}") from exc
+
+    def array_tasks(self, job_id: int) -> dict[int, str]:
+        """``squeue -r -j ID -t all``: every task still in slurmctld's memory, pending ones
+        one per line; {} once the array is purged (squeue: invalid job id)."""
+        try:
+            out = self.run(["squeue", "-h", "-r", "-t", "all", f"--jobs={job_id}",
+                            "-o", "%i|%T"])
+        except SlurmCommandError as exc:
+            if "Invalid job id" in exc.stderr:
+                return {}
+            raise
+        return parse_array_tasks(out, job_id)
 
     def list_jobs(
         self,
@@ -205,6 +232,42 @@ class CliSlurm:
     def default_accounts(self) -> dict[str, str]:
         return parse_default_accounts(
             self.run(["sacctmgr", "-n", "-P", "show", "user", "format=User,DefaultAccount"]))
+
+
+def array_spec(indices: Collection[int]) -> str:
+    """sbatch's ``--array`` list: ``0-2,5,7-8`` for {0, 1, 2, 5, 7, 8}."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indices)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def parse_array_tasks(text: str, job_id: int) -> dict[int, str]:
+    """``squeue -o %i|%T`` lines of array ``job_id``: ``ID_3|RUNNING`` (and a pending
+    ``ID_[4-6%2]|PENDING`` squeue did not expand) -> index -> state."""
+    out: dict[int, str] = {}
+    prefix = f"{job_id}_"
+    for line in text.splitlines():
+        jid, _, state = line.strip().partition("|")
+        if not jid.startswith(prefix):
+            continue
+        spec = jid[len(prefix):].strip("[]").split("%")[0]
+        state = state.split()[0] if state.split() else "UNKNOWN"
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise SlurmParseError(f"squeue printed array task {jid!r}")
+            for i in range(int(lo), int(hi or lo) + 1):
+                out[i] = state
+    return out
 
 
 def _sacct_time(epoch: int) -> str:

@@ -18,7 +18,7 @@ from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.priority import PriorityParts
-from slurm_ml.slurm.protocol import JobSignal, SubmitRequest
+from slurm_ml.slurm.protocol import ArrayRequest, JobSignal, SubmitRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 from slurm_ml.slurm.version import SlurmVersion
 
@@ -44,6 +44,10 @@ class FakeSlurm:
         self.signals: list[tuple[int, str, str]] = []
         #: A job's own --signal (its #SBATCH line), for job_signal(); tests set it.
         self.job_signals: dict[int, JobSignal] = {}
+        #: Job arrays from submit_array: id -> (request, index -> state); tests end tasks
+        #: with finish_task, and ``on_poll`` (if set) runs at each array_tasks call.
+        self.arrays: dict[int, tuple[ArrayRequest, dict[int, str]]] = {}
+        self.on_poll: Any = None
         self.batch_size = batch_size
         self._version = SlurmVersion.parse(version)
         self._next_id = 1
@@ -75,6 +79,28 @@ class FakeSlurm:
             start_time=None, features=req.constraint or "", comment=req.comment or "",
         )
         return jid
+
+    def submit_array(self, req: ArrayRequest) -> int:
+        """Like sbatch --array: every task pending; an empty index list is refused."""
+        self._call("sbatch", "--array")
+        if not req.indices:
+            raise ValueError("a job array needs at least one index")
+        jid = self._next_id
+        self._next_id += 1
+        self.arrays[jid] = (req, {i: "PENDING" for i in req.indices})
+        return jid
+
+    def array_tasks(self, job_id: int) -> dict[int, str]:
+        self._call("squeue", "-r", f"--jobs={job_id}")
+        if self.on_poll is not None:
+            self.on_poll(self, job_id)
+        if job_id not in self.arrays:
+            return {}
+        return dict(self.arrays[job_id][1])
+
+    def finish_task(self, job_id: int, index: int, state: str = "COMPLETED") -> None:
+        """Test helper: array task ``index`` of ``job_id`` is now in ``state``."""
+        self.arrays[job_id][1][index] = state
 
     def list_jobs(
         self,

@@ -35,6 +35,21 @@ class SubmitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ArrayRequest:
+    """One sbatch job array, submitted as the calling user: ``command`` (a shell line)
+    runs once per index with ``$SLURM_ARRAY_TASK_ID`` set (``slurm-ml sim sweep``)."""
+
+    indices: tuple[int, ...]
+    command: str
+    partition: str | None = None
+    account: str | None = None
+    name: str = "array"
+    time_limit: str | None = None  # --time, per task
+    output: str = "/dev/null"  # --output pattern: %A the array's id, %a the index
+    workdir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobSignal:
     """A job's own ``--signal=[B:]SIG[@TIME]``: what it asked to be told before it ends."""
 
@@ -47,6 +62,15 @@ class SlurmClient(Protocol):
     def version(self) -> SlurmVersion: ...
 
     def submit(self, req: SubmitRequest) -> int: ...
+
+    def submit_array(self, req: ArrayRequest) -> int:
+        """The array's job id (``sbatch --array``)."""
+        ...
+
+    def array_tasks(self, job_id: int) -> dict[int, str]:
+        """The tasks of array ``job_id`` slurmctld still lists: index -> state name
+        (PENDING, RUNNING, COMPLETED, FAILED, ...); {} once it lists none."""
+        ...
 
     def list_jobs(
         self,

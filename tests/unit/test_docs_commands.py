@@ -316,6 +316,8 @@ def resolve(args: list[str]) -> tuple[tuple[str, ...], click.Context]:
         if protected is None:
             protected = ctx.protected_args
         rest = [*protected, *ctx.args]
+        if not rest and cmd.invoke_without_command:  # `slurm-ml sim --hours 1`: the group runs
+            break
         if not rest:
             raise click.UsageError(f"{' '.join(['slurm-ml', *path])} needs a subcommand")
         name, sub, rest = cmd.resolve_command(ctx, rest)
