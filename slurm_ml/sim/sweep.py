@@ -394,6 +394,7 @@ def run_on_slurm(sweep: Sweep, slurm: Any, *, partition: str, python: str,
     if on_submit is not None:
         on_submit(job_id, len(todo))
     seen: dict[int, str] = {}
+    unseen = 0  # polls before squeue first lists the array (it should at once)
     while True:
         tasks = slurm.array_tasks(job_id)
         seen.update(tasks)
@@ -401,8 +402,9 @@ def run_on_slurm(sweep: Sweep, slurm: Any, *, partition: str, python: str,
         finished = sum(_done(p, sweep.out) for p in todo)
         if progress is not None:
             progress(finished, len(todo))
-        if not live:
+        if not live and (seen or unseen >= 5):
             break
+        unseen += not seen
         sleep(poll_s)
     failed = {}
     for p in todo:

@@ -122,6 +122,8 @@ LIVE: dict[tuple[str, ...], str] = {
     ("uninstall",): "tests/integration/test_install_e2e.py::"
                     "test_install_and_uninstall_on_a_copy_of_the_etc_dir",
     ("db", "migrate"): "tests/integration/test_store_pg.py::test_migrate_twice_is_idempotent",
+    ("sim", "sweep"): "tests/integration/test_sim_sweep_slurm.py::"
+                      "test_a_sweep_runs_as_a_job_array_and_is_gathered",
 }
 
 #: Subcommands shown in the docs that neither run here nor have an integration test
