@@ -474,7 +474,8 @@ def render_table(data: Mapping[str, Any]) -> str:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in data["points"]:
         if r["status"] != "ok":
-            lines.append(f"| {r['label']} | FAILED: {r['error']} |"
+            why = str(r["error"]).replace("|", "\\|")
+            lines.append(f"| {r['label']} | FAILED: {why} |"
                          + " |" * len(data["measures"]))
             continue
         for pol, ms in r["measures"].items():

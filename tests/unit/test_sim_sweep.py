@@ -277,3 +277,18 @@ def test_sim_options_before_the_subcommand_are_refused(scenario: Path, tmp_path:
     res = CliRunner().invoke(main, ["sim", "--hours", "5", "sweep", "--scenario",
                                     str(scenario), "--vary", VARY, "--out", str(tmp_path)])
     assert res.exit_code == 2 and "put --hours after sweep" in res.stderr
+
+
+def test_a_knob_of_words_is_charted_by_category(tmp_path: Path) -> None:
+    ms = {k: 0.5 for k, _, _ in sw.MEASURES}
+    data = {"knob": "trace", "scenario": "s.yaml", "hours": None, "policies": ["fifo"],
+            "measures": [{"key": k, "title": t, "unit": u} for k, t, u in sw.MEASURES],
+            "points": [{"index": 0, "label": "philly", "value": "philly", "status": "ok",
+                        "measures": {"fifo": ms}},
+                       {"index": 1, "label": "gavel", "value": "gavel", "status": "failed",
+                        "error": "boom"},
+                       {"index": 2, "label": "$x", "value": "$x", "status": "ok",
+                        "measures": {"fifo": {**ms, "debug_p90_s": None}}}]}
+    assert sw.write_chart(data, tmp_path / "c.png").stat().st_size > 0
+    table = sw.render_table(data)
+    assert "| gavel | FAILED: boom |" in table and "| philly | fifo | 50.0% |" in table
