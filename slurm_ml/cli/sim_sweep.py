@@ -149,6 +149,9 @@ def _run_slurm(sweep: Any, partition: str, account: str | None, time_limit: int 
                                    progress=progress)
         except SlurmError as exc:
             fail(f"slurm: {exc}", EXIT_FAILED)
+        except KeyboardInterrupt:
+            fail("interrupted: the array was cancelled; points already written are kept, "
+                 "a rerun submits the rest", EXIT_FAILED)
 
 
 @click.command("sweep-point", hidden=True)

@@ -393,19 +393,12 @@ def run_on_slurm(sweep: Sweep, slurm: Any, *, partition: str, python: str,
     job_id = slurm.submit_array(req)
     if on_submit is not None:
         on_submit(job_id, len(todo))
-    seen: dict[int, str] = {}
-    unseen = 0  # polls before squeue first lists the array (it should at once)
-    while True:
-        tasks = slurm.array_tasks(job_id)
-        seen.update(tasks)
-        live = {i for i, s in tasks.items() if s not in _ENDED}
-        finished = sum(_done(p, sweep.out) for p in todo)
-        if progress is not None:
-            progress(finished, len(todo))
-        if not live and (seen or unseen >= 5):
-            break
-        unseen += not seen
-        sleep(poll_s)
+    try:
+        seen = _wait(slurm, job_id, todo, sweep.out, poll_s=poll_s, sleep=sleep,
+                     progress=progress)
+    except KeyboardInterrupt:  # else a rerun would submit the running points again
+        slurm.cancel([job_id])
+        raise
     failed = {}
     for p in todo:
         if not _done(p, sweep.out):
@@ -414,6 +407,24 @@ def run_on_slurm(sweep: Sweep, slurm: Any, *, partition: str, python: str,
                                f"{_first_line(p.error_path(sweep.out)) or 'no result'} "
                                f"(log: {logs / f'{job_id}_{p.index}.out'})")
     return failed
+
+
+def _wait(slurm: Any, job_id: int, todo: Sequence[Point], out: Path, *, poll_s: float,
+          sleep: Callable[[float], None], progress: Callable[[int, int], None] | None
+          ) -> dict[int, str]:
+    """Poll the array until squeue lists no live task; the last state seen per index."""
+    seen: dict[int, str] = {}
+    unseen = 0  # polls before squeue first lists the array (it should at once)
+    while True:
+        tasks = slurm.array_tasks(job_id)
+        seen.update(tasks)
+        live = {i for i, s in tasks.items() if s not in _ENDED}
+        if progress is not None:
+            progress(sum(_done(p, out) for p in todo), len(todo))
+        if not live and (seen or unseen >= 5):
+            return seen
+        unseen += not seen
+        sleep(poll_s)
 
 
 def _first_line(path: Path) -> str | None:

@@ -183,6 +183,11 @@ class FakeSlurm:
     def cancel(self, job_ids: Sequence[int]) -> None:
         self._call("scancel", *map(str, job_ids))
         for jid in job_ids:
+            if jid in self.arrays:  # every task of an array that has not ended
+                tasks = self.arrays[jid][1]
+                tasks.update({i: "CANCELLED" for i, st in tasks.items()
+                              if st in ("PENDING", "RUNNING")})
+                continue
             self.jobs[jid] = replace(self._job(jid), state=JobState.CANCELLED)
 
     def signal_job(self, job_id: int, signal: str, *, target: str = "batch") -> None:

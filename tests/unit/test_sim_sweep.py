@@ -292,3 +292,15 @@ def test_a_knob_of_words_is_charted_by_category(tmp_path: Path) -> None:
     assert sw.write_chart(data, tmp_path / "c.png").stat().st_size > 0
     table = sw.render_table(data)
     assert "| gavel | FAILED: boom |" in table and "| philly | fifo | 50.0% |" in table
+
+
+def test_interrupting_the_wait_cancels_the_array(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm()
+    fake.on_poll = lambda f, job_id: (_ for _ in ()).throw(KeyboardInterrupt)
+    monkeypatch.setattr("slurm_ml.slurm.client.CliSlurm", lambda *a, **k: fake)
+    res = _sweep(scenario, tmp_path / "out", "--on-slurm", "--partition", "sweeps")
+    assert res.exit_code == 1 and "the array was cancelled" in res.stderr
+    assert ("scancel", "1") in fake.calls
+    (_, tasks), = fake.arrays.values()
+    assert set(tasks.values()) == {"CANCELLED"}
