@@ -46,6 +46,7 @@ class Cluster:
         for n, t in enumerate(self.type_of):
             self.type_total[t] += self.gpn[n]
         self.free_by_type = list(self.type_total)
+        self.version = 0  # bumped by every take and release: what was computed still holds
         self.max_gpn = [max((g for n, g in enumerate(self.gpn) if self.type_of[n] == t),
                             default=0) for t in range(ntypes)]
         # single-node buckets: per type, per free count -> nodes (a dict as an ordered set)
@@ -133,10 +134,12 @@ class Cluster:
         return sum(len(nodes) for nodes in self._whole[gi].values())
 
     def take(self, alloc: Alloc) -> None:
+        self.version += 1
         for n, g in alloc:
             self._move(n, self.free[n] - g)
 
     def release(self, alloc: Alloc) -> None:
+        self.version += 1
         for n, g in alloc:
             self._move(n, self.free[n] + g)
 

@@ -18,6 +18,7 @@ from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import PreemptionLedger
 from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob, is_short_job
 from slurm_ml.policy.fairshare.tree import FlatTree, flatten
+from slurm_ml.policy.placement import NodeSlot, held_per_node
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.workload import SimJob
 
@@ -103,6 +104,7 @@ class SimState:
     last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
     recent_requeues: list[tuple[int, int]] = field(default_factory=list)  # (epoch, GPUs)
     pending_assocs: dict[tuple[str, str], int] = field(default_factory=dict)  # -> jobs
+    pending_alloc: int = 0  # pending QOS alloc jobs (those that may preempt free work)
     #: (GPUs, types) -> pending jobs of that shape
     pending_shapes: dict[tuple[int, tuple[int, ...]], int] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)  # team -> GPUs held
@@ -114,6 +116,12 @@ class SimState:
     free_running: int = 0  # running QOS free jobs (what an alloc job may preempt)
     #: the running QOS free jobs, job id -> task, in start order (``running``'s subset)
     free_tasks: dict[int, Task] = field(default_factory=dict)
+    #: per node index, the running QOS alloc jobs on it, job id -> GPUs held there
+    #: (``placement.held_per_node``), in start order: the contracts' room, kept as jobs
+    #: start and stop (``room.placement_nodes_now``); ``room_dirty``: changed since read
+    held_on: dict[int, dict[int, int]] = field(default_factory=dict)
+    room_dirty: set[int] = field(default_factory=set)
+    room_slots: dict[str, NodeSlot] = field(default_factory=dict)  # as of the last read
 
     def stamp(self, t: float) -> int:
         """Simulated seconds as the policies' epoch seconds."""
@@ -123,6 +131,7 @@ class SimState:
 
     def add_pending(self, task: Task) -> None:
         insort(self.pending, task, key=_key)
+        self.pending_alloc += task.qos == ALLOC_QOS
         a = task.assoc
         self.pending_assocs[a] = self.pending_assocs.get(a, 0) + 1
         shape = (task.spec.gpus, task.types)
@@ -132,6 +141,7 @@ class SimState:
 
     def left_pending(self, task: Task) -> None:
         """Counters only: the caller takes the task out of ``pending``."""
+        self.pending_alloc -= task.qos == ALLOC_QOS
         a = task.assoc
         left = self.pending_assocs[a] - 1
         if left:
@@ -152,11 +162,16 @@ class SimState:
         insort(self.ends, (task.end_at, task.spec.job_id))
         team = task.spec.team
         self.busy[team] = self.busy.get(team, 0) + task.held
+        rj = task.running_job
+        assert rj is not None
         if task.qos == FREE_QOS:
             self.free_running += 1
             self.free_tasks[task.spec.job_id] = task
-        assert task.running_job is not None
-        self.accrue(task.assoc, task.running_job.billing_gpus)
+        elif (per := held_per_node(rj)) > 0:
+            for n, _ in task.alloc:
+                self.held_on.setdefault(n, {})[task.spec.job_id] = per
+                self.room_dirty.add(n)
+        self.accrue(task.assoc, rj.billing_gpus)
 
     def left_running(self, task: Task) -> None:
         del self.running[task.spec.job_id]
@@ -166,6 +181,11 @@ class SimState:
         if task.qos == FREE_QOS:
             self.free_running -= 1
             del self.free_tasks[task.spec.job_id]
+        else:
+            for n, _ in task.alloc:
+                held = self.held_on.get(n)
+                if held is not None and held.pop(task.spec.job_id, None) is not None:
+                    self.room_dirty.add(n)
         assert task.running_job is not None
         self.accrue(task.assoc, -task.running_job.billing_gpus)
 

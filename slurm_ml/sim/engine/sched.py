@@ -48,6 +48,9 @@ class Scheduler:
         self._stopped: list[Task] = []
         self.settled = False  # the last pass still holds: nothing changed since but arrivals
         self.reservation: Reservation | None = None
+        # (GPUs, types) -> earliest()'s answer, valid while the cluster's version is this
+        self._earliest: dict[tuple[int, tuple[int, ...]], tuple[float, frozenset[int]] | None] = {}
+        self._earliest_at = -1
 
     def changed(self) -> None:
         """GPUs were freed or the order changed: the next chance needs a full pass."""
@@ -69,16 +72,44 @@ class Scheduler:
         no_room: dict[tuple[int, ...], int] = {}  # ... not even by preempting free jobs
         hopeless = 0  # type sets of which not even a 1-GPU job can preempt its way in
         blocked = started_free = False  # an alloc job found no room; free work started
-        for i, task in enumerate(st.pending):
-            can_preempt = (self.preempt is not None and st.free_running > 0
-                           and task.qos == ALLOC_QOS)
+        alloc_left = st.pending_alloc  # alloc jobs from here on (read only while res is None)
+        pending = st.pending
+        count = len(pending)  # started jobs leave the list after the loop
+        i = -1
+        while True:
+            i += 1
+            if i >= count:
+                break
+            task = pending[i]
+            is_alloc = task.qos == ALLOC_QOS
+            alloc_left -= is_alloc
             if cluster.free_total == 0 or dead == kinds:
-                if not can_preempt:
-                    if st.free_running == 0 or self.preempt is None:
+                # No job fits now (every type set failed with 1 GPU, or nothing is free):
+                # only an alloc job preempting free work can still start.
+                if self.preempt is None or st.free_running == 0:
+                    break
+                if res is None:
+                    if not is_alloc:
+                        if not alloc_left:
+                            break  # only free jobs from here on: each would be passed over
+                        continue  # a free job: only alloc jobs behind it may still preempt
+                else:
+                    if hopeless == kinds:
+                        break  # nothing fits, no one can preempt, the reservation is made
+                    # The jobs up to the next alloc job that ends before the reservation
+                    # and asks for fewer GPUs than its type set failed to preempt for
+                    # would each be passed over (nothing changes meanwhile): skip them.
+                    at = res.at
+                    while i < count:
+                        task = pending[i]
+                        if task.qos == ALLOC_QOS and now + task.remaining <= at \
+                                and task.spec.gpus < no_room.get(task.types, 1 << 30):
+                            break
+                        i += 1
+                    if i >= count:
                         break
-                    continue  # a free job: only alloc jobs behind it may still preempt
-                if hopeless == kinds and res is not None:
-                    break  # nothing fits, no one can preempt, the reservation is made
+                    is_alloc = True
+            can_preempt = self.preempt is not None and st.free_running > 0 and is_alloc
             gpus, types = task.spec.gpus, task.types
             alloc: Alloc | None = None
             ends_in_time = res is None or now + task.remaining <= res.at
@@ -108,7 +139,6 @@ class Scheduler:
             self.start(task, alloc)
             started.append(i)
             started_free = started_free or task.qos != ALLOC_QOS
-        pending = st.pending
         for i in reversed(started):
             del pending[i]
         self.reservation = res
@@ -169,8 +199,20 @@ class Scheduler:
             self.st.pending.remove(task)
 
     def _reserve(self, task: Task) -> Reservation:
-        st = self.st
-        got = st.cluster.earliest(task.spec.gpus, task.types, self._ends())
+        """The reservation for ``task``. ``earliest`` depends only on the shape, the free
+        GPUs and the running jobs' ends and nodes, and every start and stop takes or
+        releases GPUs (a new cluster version): an unchanged version gives the same answer,
+        as passes for one arrival after another often ask."""
+        cluster = self.st.cluster
+        if cluster.version != self._earliest_at:
+            self._earliest.clear()
+            self._earliest_at = cluster.version
+        shape = (task.spec.gpus, task.types)
+        if shape in self._earliest:
+            got = self._earliest[shape]
+        else:
+            got = self._earliest[shape] = cluster.earliest(task.spec.gpus, task.types,
+                                                           self._ends())
         if got is None:  # cannot happen for a feasible job: everything ends some day
             return Reservation(task.key, math.inf, frozenset())
         return Reservation(task.key, got[0], got[1])
