@@ -35,7 +35,7 @@ from slurm_ml.policy.contracts import (
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.sim import state as es
-from slurm_ml.sim.room import placement_nodes
+from slurm_ml.sim.room import placement_nodes_now
 from slurm_ml.sim.state import Key, SimState, Task
 
 FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT = (
@@ -65,7 +65,8 @@ class CycleOutcome:
     fair: FairShare | None = None
     requeues: list[Requeue] = field(default_factory=list)
     decision: BudgetCycleDecision | None = None
-    reordered: bool = True  # keys changed: the engine re-sorts the queue
+    reordered: bool = True  # keys may have changed: the engine re-sorts, then a full pass
+    sorted: bool = False  # the policy has already put ``st.pending`` in key order
 
 
 class Policy:
@@ -179,27 +180,36 @@ class Budget(Policy):
                                     capacity=st.capacity)
         factors = fairshare.site_factors(fair, (t.pending_job for t in st.pending),
                                          cfg.policy.fairshare)
-        for task in st.pending:
-            task.key = self._key(task, factors.get(task.spec.job_id, 0))
-        st.pending.sort(key=_key)
+        moved = False
+        for task in st.pending:  # _key(), inlined: every pending job, every cycle
+            key = (0 if task.qos == ALLOC_QOS else 1, -factors.get(task.spec.job_id, 0),
+                   task.pend_since, task.spec.job_id)
+            if key != task.key:
+                task.key = key
+                moved = True
+        if moved:  # else the queue is still in key order (the engine keeps it sorted)
+            st.pending.sort(key=_key)
         self.account_band = {s.account: s.site_factor for s in fair.standings
                              if s.kind == "project" and s.site_factor is not None}
         if not self.contract:
-            return CycleOutcome(fair=fair)
+            return CycleOutcome(fair=fair, sorted=True)
         running = [t.running_job for t in st.running.values() if t.running_job is not None]
         waiting = es.waiting_jobs(st)
         pos = allocation_positions(fair, running)
         ledger = st.preemption_ledger()
         free = es.free_gpus(st)
         victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)
+        # no starved job: plan_requeues has nothing to serve and returns [] (narrow
+        # returns no starved job without a victim either), so the room is not built
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
-                                           placement_nodes(st, running),
-                                           st.cluster.total, cfg.policy.contracts)
+                                           placement_nodes_now(st),
+                                           st.cluster.total, cfg.policy.contracts,
+                                           ) if starved else []
         decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
                                        waiting=tuple(waiting), running=tuple(running),
                                        positions=pos, ledger=ledger, free_gpus=free,
                                        requeues=tuple(requeues))
-        return CycleOutcome(fair=fair, requeues=requeues, decision=decision)
+        return CycleOutcome(fair=fair, requeues=requeues, decision=decision, sorted=True)
 
 
 def _key(task: Task) -> Key:

@@ -18,14 +18,40 @@ from slurm_ml.sim.state import SimState
 def placement_nodes(st: SimState, running: Sequence[RunningJob]) -> dict[str, NodeSlot]:
     """Every simulated node (all up), with the room ``running`` (every running job, as
     the daemon passes them) leaves."""
-    c = st.cluster
+    return node_slots(_specs(st.cluster), running)
+
+
+def placement_nodes_now(st: SimState) -> dict[str, NodeSlot]:
+    """``placement_nodes(st, every running job)``, the same value, from what the state
+    keeps as jobs start and stop (``SimState.held_on``): only the nodes changed since
+    the last call get a new slot, instead of a walk over every running job per cycle."""
+    specs = _specs(st.cluster)
+    slots = st.room_slots
+    if not slots:
+        slots.update((spec.name, _slot(st, n, spec)) for n, spec in enumerate(specs))
+    else:
+        for n in st.room_dirty:
+            slots[specs[n].name] = _slot(st, n, specs[n])
+    st.room_dirty.clear()
+    return dict(slots)
+
+
+def _slot(st: SimState, n: int, spec: NodeSpec) -> NodeSlot:
+    held = st.held_on.get(n)
+    if not held:
+        return NodeSlot(spec=spec, free=spec.gpus, held=())
+    return NodeSlot(spec=spec, free=max(0, spec.gpus - sum(held.values())),
+                    held=tuple(held.items()))
+
+
+def _specs(c: Cluster) -> list[NodeSpec]:
     specs = _SPECS.get(c)
     if specs is None:  # the nodes never change: built once per cluster
         specs = [NodeSpec(name=name, gpu_type=c.type_names[c.type_of[n]],
                           leaf=f"leaf{c.leaf[n]}", gpus=c.gpn[n])
                  for n, name in enumerate(c.names)]
         _SPECS[c] = specs
-    return node_slots(specs, running)
+    return specs
 
 
 _SPECS: weakref.WeakKeyDictionary[Cluster, list[NodeSpec]] = weakref.WeakKeyDictionary()

@@ -274,12 +274,21 @@ def site_factors(fs: FairShare, pending: Iterable[PendingJob],
     the same band: the QOS priority weight, not the SiteFactor, puts alloc before free.
     """
     jobs = list(pending)
-    ranks = compress(fs.fair_tree_order, {(j.account, j.user) for j in jobs})
+    assocs = [(j.account, j.user) for j in jobs]
+    ranks = compress(fs.fair_tree_order, set(assocs))
     count = max(ranks.values(), default=0)
     bands = {assoc: band(r, count, cfg) for assoc, r in ranks.items()}
     out: dict[int, int] = {}
-    for job in jobs:
-        value = bands.get((job.account, job.user))
-        out[job.job_id] = 0 if value is None else job_site_factor(value, job.nice, cfg,
-                                                                  job.short)
+    # the simulator asks for every queued job every cycle: few (band, nice, short) differ
+    seen: dict[tuple[int, int, bool], int] = {}
+    for job, assoc in zip(jobs, assocs, strict=True):
+        value = bands.get(assoc)
+        if value is None:
+            out[job.job_id] = 0
+            continue
+        shape = (value, job.nice, job.short)
+        got = seen.get(shape)
+        if got is None:
+            got = seen[shape] = job_site_factor(value, job.nice, cfg, job.short)
+        out[job.job_id] = got
     return out

@@ -154,7 +154,8 @@ class Engine:
         st, s = self.st, self.st.settings
         out = self.policy.cycle(st)
         if out.reordered:
-            st.pending.sort(key=lambda task: task.key)
+            if not out.sorted:
+                st.pending.sort(key=lambda task: task.key)
             self.sched.changed()
         for rq in out.requeues:
             self._requeue(st.by_id[rq.victim], rq.gpus)
