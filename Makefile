@@ -8,7 +8,8 @@ STATE ?= $(CURDIR)/.devcluster
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: all venv cluster demo test check lint unit integration down destroy clean
+.PHONY: all venv cluster demo test check lint unit integration down destroy clean \
+	engine engine-down test-compose
 
 all: test
 
@@ -46,6 +47,17 @@ test: lint cluster
 # Docker engine answers it builds images and starts a compose cluster).
 check: lint
 	$(BIN)/pytest -m 'not integration and not compose' $(PYTEST_ARGS)
+
+# The container routes (docs/admin.md): a Docker engine with no registry, then the compose
+# cluster built from host wheels and tested end to end (~15 minutes on 2 cores).
+engine:
+	devcluster/engine.sh up
+
+engine-down:
+	devcluster/engine.sh down
+
+test-compose: venv engine
+	$(BIN)/pytest -m compose tests/compose $(PYTEST_ARGS)
 
 down:
 	$(BIN)/slurm-ml devcluster down --state-dir $(STATE)
