@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: all venv cluster demo test check lint unit integration down destroy clean \
-	engine engine-down test-compose
+	engine engine-down test-compose test-debian13
 
 all: test
 
@@ -58,6 +58,11 @@ engine-down:
 
 test-compose: venv engine
 	$(BIN)/pytest -m compose tests/compose $(PYTEST_ARGS)
+
+# Debian 13 / Slurm 24.11: the dev cluster, unchanged, in a trixie container on an internal
+# network, and the whole integration suite run there (devcluster/debian13.sh, docs/admin.md).
+test-debian13: venv engine
+	devcluster/debian13.sh $(PYTEST_ARGS)
 
 down:
 	$(BIN)/slurm-ml devcluster down --state-dir $(STATE)

@@ -41,7 +41,7 @@ from slurm_ml.devcluster import health as node_health
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.slurm import render
 from slurm_ml.slurm.client import CliSlurm
-from slurm_ml.slurm.errors import SlurmError
+from slurm_ml.slurm.errors import SlurmCommandError, SlurmError, SlurmTimeout
 from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.submitd.client import ask
 
@@ -57,6 +57,19 @@ LEGACY_FILES = ("job_submit.lua", "slurm-ml.env")
 #: this + 1 s (Slurm's default 120 s would make every health demo wait two minutes). It
 #: must still exceed a prolog's worst case (slurm.conf: "long enough to ... run prolog").
 CRED_EXPIRE_S = 30
+
+
+#: What scontrol 24.11.5 says when slurmctld took the request but its answer never came
+#: back (seen on `scontrol reconfigure`, which re-executes slurmctld).
+LOST_REPLY = ("Socket timed out on send/recv operation",)
+
+
+def reply_lost(exc: SlurmError) -> bool:
+    """True when ``exc`` is a lost reply (a timeout of scontrol, or its socket-timeout
+    error), not a refusal."""
+    if isinstance(exc, SlurmTimeout):
+        return True
+    return isinstance(exc, SlurmCommandError) and any(m in exc.stderr for m in LOST_REPLY)
 
 
 def _psql_quote(value: str) -> str:
@@ -398,12 +411,26 @@ class DevCluster:
         L = self.layout
         if daemons.alive(L.pidfile("slurmctld"), "slurmctld"):
             # Pick up re-rendered configuration without losing jobs.
-            self.runner()(["scontrol", "reconfigure"])
+            self._reconfigure()
             return
         fresh = not any((L.root / "ctld").iterdir())
         argv = ["slurmctld", "-f", str(L.slurm_conf)] + (["-c"] if fresh else [])
         proc.run(argv, env=self.slurm_env, timeout_s=60)
         daemons.wait_for("slurmctld", self._ping, 60)
+
+    def _reconfigure(self) -> None:
+        """``scontrol reconfigure``; on 24.11 slurmctld re-executes itself to apply it and
+        the reply can be lost ("Socket timed out on send/recv operation") although the
+        reconfiguration went through: then slurmctld answering ``scontrol ping`` within
+        a minute is the success. Any other failure is raised."""
+        try:
+            self.runner()(["scontrol", "reconfigure"])
+        except SlurmError as exc:
+            if not reply_lost(exc):
+                raise
+            self.say("      scontrol reconfigure: reply lost (slurmctld re-executes on "
+                     "24.11); waiting for scontrol ping")
+            daemons.wait_for("slurmctld after reconfigure", self._ping, 60)
 
     def nodes(self) -> list[str]:
         """Every slurmd: the config's GPU nodes and the site's own CPU node."""

@@ -20,6 +20,7 @@ from slurm_jobs import sbatch, show
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
+from slurm_ml.devcluster import platform
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
@@ -56,12 +57,25 @@ def config() -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
+def scripts(conf: dict[str, str], key: str) -> list[str]:
+    """Prolog or Epilog as ``scontrol show config`` lists it: one ``Prolog = path`` on
+    22.05; on 24.11, which takes several scripts, ``Prolog[0] = path``, ``Prolog[1]`` ...
+    (and no line at all when none is set). Releases between the two are not checked."""
+    if platform.slurm_version()[0] <= 22:
+        return [conf[key]]
+    assert key not in conf, f"{key} listed without an index on {platform.slurm_version()}"
+    out: list[str] = []
+    while f"{key}[{len(out)}]" in conf:
+        out.append(conf[f"{key}[{len(out)}]"])
+    return out
+
+
 def test_scontrol_shows_the_settings_of_the_include(cluster: DevCluster) -> None:
     etc = cluster.layout.etc
     conf = config()
     assert conf["JobSubmitPlugins"] == "lua"
-    assert conf["Prolog"] == str(etc / "slurm-ml-prolog")
-    assert conf["Epilog"] == str(etc / "slurm-ml-epilog")
+    assert scripts(conf, "Prolog") == [str(etc / "slurm-ml-prolog")]
+    assert scripts(conf, "Epilog") == [str(etc / "slurm-ml-epilog")]
     assert conf["HealthCheckProgram"] == str(etc / "slurm-ml-healthcheck")
     assert conf["PriorityWeightQOS"] == "100000000"
     assert conf["PreemptType"] == "preempt/qos" and conf["PrologFlags"] == "Alloc"

@@ -48,8 +48,13 @@ PAUSED_DAEMON = Path(__file__).with_name("paused_daemon.py")
 
 
 def sprio_site(job_ids: list[int]) -> dict[int, int]:
-    out = proc.run(["sprio", "-h", "-o", "%i %S", "-j", ",".join(map(str, job_ids))]).stdout
-    return {int(a): int(b) for a, b in (line.split() for line in out.splitlines() if line)}
+    """SiteFactor of those of ``job_ids`` that sprio lists (pending, eligible ones). All
+    jobs are asked for and filtered here: 24.11's ``sprio -j a,b`` exits 1 ("Invalid job
+    id: a") when one of them is not listed (running, ended, begin time), where 22.05's
+    leaves it out."""
+    out = proc.run(["sprio", "-h", "-o", "%i %S"]).stdout
+    rows = {int(a): int(b) for a, b in (line.split() for line in out.splitlines() if line)}
+    return {j: rows[j] for j in job_ids if j in rows}
 
 
 def with_dsn(dsn: str, env: Mapping[str, str] | None = None) -> dict[str, str]:

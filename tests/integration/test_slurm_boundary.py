@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from slurm_ml.devcluster import platform
 from slurm_ml.model import GpuRequest, JobState
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmTimeout
@@ -136,6 +137,17 @@ def test_drain_and_resume_with_reason(slurm: CliSlurm) -> None:
         slurm.drain_node("nosuchnode", "x")
 
 
+def cancelled(slurm: CliSlurm, jid: int) -> bool:
+    """22.05's ``squeue --json`` lists every job slurmctld still holds, ended ones too (it
+    ignores -t); 24.11's applies squeue's default state filter, so an ended job leaves
+    it at once although slurmctld keeps it for MinJobAge: there ``squeue -t all`` must
+    show it CANCELLED, and ``list_jobs`` must no longer list it as pending or running."""
+    if platform.slurm_version()[0] <= 22:
+        return slurm.list_jobs(job_ids=[jid])[0].state is JobState.CANCELLED
+    out = slurm.run(["squeue", "-h", "-t", "all", f"--jobs={jid}", "-o", "%T"]).split()
+    return out == ["CANCELLED"] and not slurm.list_jobs(job_ids=[jid])
+
+
 def test_requeue_running_job_then_cancel(slurm: CliSlurm, workdir: str) -> None:
     jid = slurm.submit(SubmitRequest(user="dave", gres="gpu:v100:1", command="sleep 120",
                                      requeue=True, workdir=workdir, name="it-requeue"))
@@ -145,8 +157,7 @@ def test_requeue_running_job_then_cancel(slurm: CliSlurm, workdir: str) -> None:
     state = slurm.list_jobs(job_ids=[jid])[0].state
     assert state in {JobState.PENDING, JobState.REQUEUED, JobState.COMPLETING}
     slurm.cancel([jid])
-    wait_until("job to be cancelled",
-               lambda: slurm.list_jobs(job_ids=[jid])[0].state is JobState.CANCELLED)
+    wait_until("job to be cancelled", lambda: cancelled(slurm, jid))
     with pytest.raises(SlurmCommandError, match="Invalid job id"):
         slurm.requeue([999999])
 
