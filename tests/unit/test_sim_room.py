@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import gc
+
 from test_sim_overload_digest import overloaded
 
-from slurm_ml.sim.engine import Engine
+from slurm_ml.sim.engine import Engine, simulate
 from slurm_ml.sim.room import placement_nodes, placement_nodes_now
 
 
@@ -20,3 +22,10 @@ def test_the_kept_room_is_the_computed_room() -> None:
         cycles += 1
         busy += any(s.held for s in placement_nodes_now(st).values())
     assert cycles > 50 and busy > 50
+
+
+def test_a_run_leaves_the_collector_as_it_found_it() -> None:
+    cfg, jobs = overloaded()
+    before = gc.get_threshold()
+    simulate(cfg, jobs[:200], "fifo")
+    assert gc.get_threshold() == before
