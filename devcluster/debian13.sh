@@ -21,7 +21,8 @@
 #   4. in the container: a copy of the repository (never the host checkout: the cluster
 #      writes .devcluster/ and .venv), `make cluster`, then `pytest -m integration`;
 #   5. the container and the network are removed, whatever happened.
-# Exit code: the suite's (pytest's), or 1 when a step before it failed, 2 bad usage.
+# Exit code: the suite's (pytest's), or 1 when a step before it failed. Other arguments
+# go to pytest (make test-debian13 PYTEST_ARGS=...).
 set -euo pipefail
 
 IMAGE=${SLURM_ML_TRIXIE_IMAGE:-slurm-ml-trixie:dev}
@@ -111,6 +112,18 @@ cleanup() {
     docker network rm "$NET" >/dev/null 2>&1 || true
 }
 
+stale() {
+    # containers and networks of an earlier run that was killed before its clean-up
+    local c pid
+    for c in $(docker ps -aq --filter label=slurm-ml.debian13); do
+        pid=$(docker inspect -f '{{ index .Config.Labels "slurm-ml.debian13" }}' "$c")
+        kill -0 "$pid" 2>/dev/null && continue
+        say "removing container $c and network slurm-ml-trixie-net-$pid of a killed run"
+        docker rm -f "$c" >/dev/null 2>&1 || true
+        docker network rm "slurm-ml-trixie-net-$pid" >/dev/null 2>&1 || true
+    done
+}
+
 # What runs in the container: the repository is copied from /src (read-only) so the
 # host checkout's .devcluster/ and .venv are never written; the image's venv is the
 # checkout's .venv (slurm-ml added editable, no network), so `make cluster` skips `venv`.
@@ -128,11 +141,14 @@ main() {
     wheels
     image
     [ "$MODE" = build ] && return 0
+    stale
     trap cleanup EXIT
+    trap 'exit 130' INT TERM
     say "network: $NET (internal bridge: nothing leaves this machine)"
     docker network create --internal "$NET" >/dev/null
     say "container: $NAME (caps SYS_ADMIN SYS_NICE SYS_PTRACE, seccomp unconfined)"
-    docker run -d --name "$NAME" --hostname trixie --network "$NET" \
+    docker run -d --name "$NAME" --label "slurm-ml.debian13=$$" --hostname trixie \
+        --network "$NET" \
         --cap-add SYS_ADMIN --cap-add SYS_NICE --cap-add SYS_PTRACE \
         --security-opt seccomp=unconfined --tmpfs /run --tmpfs /tmp:exec \
         -v "$REPO:/src:ro" "$IMAGE" sleep infinity >/dev/null
