@@ -1,10 +1,12 @@
 #!/bin/bash
 # A Docker engine for slurm-ml's container routes, on a machine with no image registry.
 #
-#   devcluster/engine.sh up      install docker.io and docker-compose when missing, start
+#   devcluster/engine.sh up [SUITE...]
+#                                install docker.io and docker-compose when missing, start
 #                                dockerd (vfs storage) when none answers, import the local
 #                                base images debian:bookworm-slim and debian:trixie-slim
-#                                (debootstrap) when they are missing
+#                                (debootstrap) when they are missing; SUITEs: only
+#                                those base images (default: bookworm trixie)
 #   devcluster/engine.sh down    stop the dockerd this script started (and nothing else)
 #   devcluster/engine.sh status  what answers, what is cached
 #
@@ -141,7 +143,7 @@ status() {
 }
 
 case "${1:-}" in
-    up) up ;;
+    up) shift; [ $# -eq 0 ] || SUITES="$*"; up ;;
     down) down ;;
     status) status ;;
     *) echo "usage: $0 up|down|status" >&2; exit 2 ;;

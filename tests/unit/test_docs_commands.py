@@ -62,7 +62,7 @@ ALLOWED_TOOLS = frozenset({
     "diff", "sha256sum", "hostname", "id", "useradd", "getent", "curl", "git", "python3",
     "mungekey", "munge", "unmunge", "create-munge-key", "psql", "createuser", "createdb",
     "lint-imports", "pip", "nvidia-smi", "dmesg", "cd", "export", "set", ".", "source",
-    "eval", "echo", "true", "sleep", "docker", "mysql",
+    "eval", "echo", "true", "sleep", "docker", "docker-compose", "mysql",
 })
 
 #: Commands run for real (key: the doc line's words, joined by single spaces, the
