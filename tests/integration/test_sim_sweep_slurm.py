@@ -20,14 +20,7 @@ from slurm_ml import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-TINY = """\
-trace: philly
-slice: {start_hours: 720, hours: 6}
-cluster: {nodes: 4, gpus_per_node: 8}
-debug: {rate_per_team_per_hour: 0.5}
-policies: [fifo]
-seed: 0
-"""
+TINY = (Path(__file__).resolve().parents[1] / "fixtures" / "sim" / "tiny-sweep.yaml").read_text()
 
 
 def _sweep(tmp_path: Path, vary: str) -> proc.Result:

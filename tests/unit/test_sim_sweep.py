@@ -17,15 +17,7 @@ from slurm_ml.slurm.client import CliSlurm, array_spec, parse_array_tasks
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.slurm.protocol import ArrayRequest
 
-# a few minutes of Philly on 32 GPUs, one policy: a point takes about a second
-TINY = """\
-trace: philly
-slice: {start_hours: 720, hours: 6}
-cluster: {nodes: 4, gpus_per_node: 8}
-debug: {rate_per_team_per_hour: 0.5}
-policies: [fifo]
-seed: 0
-"""
+TINY = (Path(__file__).resolve().parents[1] / "fixtures" / "sim" / "tiny-sweep.yaml").read_text()
 VARY = "engine.cycle_s=60,300,600"
 
 
