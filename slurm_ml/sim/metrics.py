@@ -326,6 +326,10 @@ class Summary:
     offered_load: float | None = None  # from the workload, the same for every policy
     #: GPU type -> occupancy of that type's GPUs over the judged window (after warm-up)
     type_occupancy: Mapping[str, float] = field(default_factory=dict)
+    #: whole run: node faults, the runs they ended and the work those lost (GPU-hours)
+    node_faults: int = 0
+    fault_requeues: int = 0
+    fault_lost_gpu_h: float = 0.0
 
     def team(self, name: str) -> TeamSummary:
         for t in self.teams:
@@ -352,6 +356,8 @@ class Summary:
             "judged_window": None if self.judged_window is None else list(self.judged_window),
             "offered_load": self.offered_load,
             "type_occupancy": dict(self.type_occupancy),
+            "node_faults": self.node_faults, "fault_requeues": self.fault_requeues,
+            "fault_lost_gpu_h": self.fault_lost_gpu_h,
             "ai2": {k: v.as_dict() for k, v in sorted(self.ai2.items())},
             "definitions": DEFINITIONS,
         }
@@ -513,7 +519,9 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
         max_wait_s=waits[ALL].max_s, max_wait_never_started_s=max(never) if never else None,
         wall_s=result.wall_s, steady_occupancy=steady,
         qos_preemptions=result.qos_preemptions, ai2=ai2, judged_window=judged,
-        offered_load=load, type_occupancy=type_occupancy(warm_spans))
+        offered_load=load, type_occupancy=type_occupancy(warm_spans),
+        node_faults=result.node_faults, fault_requeues=result.fault_requeues,
+        fault_lost_gpu_h=result.fault_lost_gpu_s / 3600.0)
 
 
 _UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",

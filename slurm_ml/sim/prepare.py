@@ -10,6 +10,7 @@ TraceError) or ConfigError, with a message that names where.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,13 +20,14 @@ from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import SimSettings, simulate
 from slurm_ml.sim.metrics import Summary, summarize
 from slurm_ml.sim.result import SimResult
-from slurm_ml.sim.scenario_file import DebugMix, Scenario, ScenarioError
+from slurm_ml.sim.scenario_file import DebugMix, Faults, Scenario, ScenarioError
 from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace
 
 __all__ = [
     "POLICIES",
     "ConfigError",
     "Prepared",
+    "node_faults",
     "prepare",
     "resolve",
     "run_policy",
@@ -145,6 +147,10 @@ def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None =
     trace, admitted = _admission(sc, cfg, trace)
     settings = SimSettings() if sc.cycle_s is None else dataclasses.replace(
         SimSettings(), cycle_s=sc.cycle_s)
+    if sc.faults.rate_per_node_per_day > 0:
+        settings = dataclasses.replace(settings, faults=node_faults(
+            cfg, sc.faults, start_s=trace.jobs[0].submit_s, end_s=trace.jobs[-1].submit_s,
+            seed=sc.seed or 0))
     try:
         ratio: float | None = scenario.demand_ratio(trace, size)
     except ValueError:  # one arrival instant: no rate to speak of
@@ -168,6 +174,26 @@ def _admission(sc: Scenario, cfg: Config, trace: Trace) -> tuple[Trace, dict[str
     jobs, admitted = admit_jobs(jobs, cfg, on=sc.admission)
     info.update(admitted)
     return dataclasses.replace(trace, jobs=tuple(jobs)), info
+
+
+def node_faults(cfg: Config, faults: Faults, *, start_s: float, end_s: float,
+                seed: int) -> tuple[tuple[float, str, float], ...]:
+    """Fault times per GPU node over ``[start_s, end_s)``: a Poisson process of
+    ``faults.rate_per_node_per_day`` for each node, seeded by (seed, node), so adding a
+    node does not move the others' faults. Each is out for ``faults.repair_hours``."""
+    rate_per_s = faults.rate_per_node_per_day / 86400.0
+    repair_s = faults.repair_hours * 3600.0
+    out: list[tuple[float, str, float]] = []
+    for name in cfg.all_nodes():
+        nc = cfg.node_class_of(name)
+        if nc is None or nc.gpus_per_node <= 0:
+            continue
+        rng = random.Random(f"{seed}/faults/{name}")
+        t = start_s + rng.expovariate(rate_per_s)
+        while t < end_s:
+            out.append((t, name, repair_s))
+            t += rng.expovariate(rate_per_s)
+    return tuple(sorted(out))
 
 
 def _budgets(sc: Scenario, base: Config, shape: Config, trace: Trace,

@@ -6,6 +6,7 @@ so both plan requeues on ``policy.placement`` from the same kind of input.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Sequence
 
@@ -16,9 +17,11 @@ from slurm_ml.sim.state import SimState
 
 
 def placement_nodes(st: SimState, running: Sequence[RunningJob]) -> dict[str, NodeSlot]:
-    """Every simulated node (all up), with the room ``running`` (every running job, as
-    the daemon passes them) leaves."""
-    return node_slots(_specs(st.cluster), running)
+    """Every simulated node (those under repair not usable), with the room ``running``
+    (every running job, as the daemon passes them) leaves."""
+    specs = [dataclasses.replace(spec, usable=False) if n in st.down else spec
+             for n, spec in enumerate(_specs(st.cluster))]
+    return node_slots(specs, running)
 
 
 def placement_nodes_now(st: SimState) -> dict[str, NodeSlot]:
@@ -37,6 +40,8 @@ def placement_nodes_now(st: SimState) -> dict[str, NodeSlot]:
 
 
 def _slot(st: SimState, n: int, spec: NodeSpec) -> NodeSlot:
+    if n in st.down:  # under repair: a drained node, as the daemon sees one
+        return NodeSlot(spec=dataclasses.replace(spec, usable=False), free=0, held=())
     held = st.held_on.get(n)
     if not held:
         return NodeSlot(spec=spec, free=spec.gpus, held=())

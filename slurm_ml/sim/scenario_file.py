@@ -44,7 +44,8 @@ class DebugMix:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Faults:
-    """Node faults: parsed, validated and recorded; the engine cannot inject them yet."""
+    """Node faults: each node fails as a Poisson process of this rate (seeded per node);
+    its jobs are requeued from their last checkpoint and it is out for ``repair_hours``."""
 
     rate_per_node_per_day: float = 0.0
     repair_hours: float = 4.0
@@ -336,12 +337,6 @@ def parse_scenario(text: str, source: str = "<scenario>",
             if "repair_hours" in fa
             else 4.0,
         )
-        if faults.rate_per_node_per_day > 0:
-            raise r.fail(
-                top["faults"],
-                "faults: node fault injection is not supported yet "
-                "by the simulator engine; set rate_per_node_per_day: 0",
-            )
         fields["faults"] = faults
     if "policy" in top:
         r.mapping(top["policy"], "policy", set())

@@ -42,6 +42,9 @@ class SimSettings:
     #: fifo and slurm-fairshare: owed/delivered sampled every this many cycles (budget: all)
     owed_every: int = 12
     end_s: float | None = None  # stop here; None: when every job has run
+    #: node faults as (at_s, node name, repair_s): the node's jobs are requeued from their
+    #: last checkpoint and the node takes no work until repaired (``sim.faults``)
+    faults: tuple[tuple[float, str, float], ...] = ()
     epoch_s: int = 1_600_000_000  # simulated second 0 as the policies' epoch clock
 
     def __post_init__(self) -> None:
@@ -113,6 +116,10 @@ class SimState:
     usage: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
     preemptions: int = 0  # every requeue: the contracts' and Slurm's QOS preemptions
     qos_preemptions: int = 0  # of which Slurm's: QOS alloc preempting QOS free
+    fault_requeues: int = 0  # runs ended by a node fault (not counted as preemptions)
+    fault_lost_gpu_s: float = 0.0  # work those runs lost since their last checkpoint
+    #: node index -> GPUs taken out of service while it is repaired
+    down: dict[int, int] = field(default_factory=dict)
     free_running: int = 0  # running QOS free jobs (what an alloc job may preempt)
     #: the running QOS free jobs, job id -> task, in start order (``running``'s subset)
     free_tasks: dict[int, Task] = field(default_factory=dict)

@@ -39,8 +39,7 @@ def test_the_example_runs_from_one_file_and_records_itself() -> None:
 @pytest.mark.parametrize(("text", "says"), [
     ("trace: philly\nbogus: 1\n", ":2"),
     ("trace: philly\narrivals: {target_load: -1}\n", ":2"),
-    ("trace: philly\nfaults: {rate_per_node_per_day: 0.1, repair_hours: 4}\n",
-     "not supported yet"),
+    ("trace: philly\nfaults: {rate_per_node_per_day: -0.1, repair_hours: 4}\n", ":2"),
 ])
 def test_bad_input_names_the_line(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "s.yaml"

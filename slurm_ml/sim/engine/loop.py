@@ -87,6 +87,15 @@ class Engine:
         self._cycle = math.floor(first / settings.cycle_s)  # the clock starts by the first job
         self._start_s = self._cycle * settings.cycle_s
         self.st.now = self._start_s
+        index = {name: n for n, name in enumerate(cluster.names)}
+        unknown = sorted({node for _, node, _ in settings.faults} - set(index))
+        if unknown:
+            raise ValueError(f"faults on unknown node(s): {', '.join(unknown)}")
+        #: (at, 0 = fault / 1 = repaired, node index, repair seconds), a heap
+        self._faults: list[tuple[float, int, int, float]] = [
+            (at, 0, index[node], repair) for at, node, repair in settings.faults]
+        heapq.heapify(self._faults)
+        self._node_faults = 0
         self._samples: list[CycleSample] = []
         self._pruned_at = 0.0
         self._wall = 0.0
@@ -146,7 +155,8 @@ class Engine:
         idle = arrival == math.inf and end == math.inf and not st.running and not st.pending
         if idle and (st.settings.end_s is None or cycle > st.settings.end_s):
             return None
-        return min(arrival, end, cycle)
+        fault = self._faults[0][0] if self._faults else math.inf
+        return min(arrival, end, cycle, fault)
 
     def _events(self, t: float) -> None:
         st = self.st
@@ -156,6 +166,13 @@ class Engine:
             task = st.by_id[job_id]
             if task.state == RUNNING and task.run_no == run_no:
                 self._finish(task)
+        faults = self._faults
+        while faults and faults[0][0] <= t:
+            _, repaired, node, repair_s = heapq.heappop(faults)
+            if repaired:
+                self._repaired(node)
+            else:
+                self._fault(node, repair_s)
         arrivals, i = self._arrivals, self._next_arrival
         while i < len(arrivals) and arrivals[i].spec.submit_s <= t:
             self._arrive(arrivals[i])
@@ -282,6 +299,39 @@ class Engine:
         task.state = PENDING
         task.end_at = math.inf
 
+    def _fault(self, node: int, repair_s: float) -> None:
+        """The node fails: its jobs go back to the queue from their last checkpoint (a
+        node fault, not a preemption) and it takes no work until ``repair_s`` later. A
+        fault on a node already under repair is part of the same repair."""
+        st = self.st
+        if node in st.down:
+            return
+        self._node_faults += 1
+        for task in [t for t in st.running.values() if any(n == node for n, _ in t.alloc)]:
+            lost = task.lost_gpu_s
+            self._halt(task)  # then undo what _halt counts for a preemption
+            st.preemptions -= 1
+            task.requeues -= 1
+            st.fault_lost_gpu_s += task.lost_gpu_s - lost
+            task.lost_gpu_s = lost
+            st.fault_requeues += 1
+            self._requeued(task)
+        free = st.cluster.free[node]
+        if free:
+            st.cluster.take(((node, free),))
+        st.down[node] = free
+        st.room_dirty.add(node)
+        self.sched.changed()
+        heapq.heappush(self._faults, (st.now + repair_s, 1, node, 0.0))
+
+    def _repaired(self, node: int) -> None:
+        st = self.st
+        free = st.down.pop(node)
+        if free:
+            st.cluster.release(((node, free),))
+        st.room_dirty.add(node)
+        self.sched.changed()
+
     def _requeued(self, task: Task) -> None:
         st = self.st
         task.state = PENDING
@@ -310,7 +360,9 @@ class Engine:
                          start_s=self._start_s, end_s=st.now, jobs=outcomes,
                          samples=tuple(self._samples), team_weights=es.team_weights(st.cfg),
                          wall_s=self._wall, preemptions=st.preemptions,
-                         qos_preemptions=st.qos_preemptions)
+                         qos_preemptions=st.qos_preemptions, node_faults=self._node_faults,
+                         fault_requeues=st.fault_requeues,
+                         fault_lost_gpu_s=st.fault_lost_gpu_s)
 
 
 def _owed(fair: FairShare) -> tuple[dict[str, float], dict[str, float]]:
