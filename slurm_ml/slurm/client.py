@@ -34,6 +34,9 @@ _GONE = ("Invalid job id", "Job has already finished", "already completing or co
 _NOT_LISTED = ("Unable to find jobs", "Invalid job id")
 
 
+#: What list_jobs runs (real-capture replays answer it).
+LIST_JOBS_ARGV = ("squeue", "--json", "--states=all")
+
 class CliSlurm:
     """Talks to slurmctld and slurmdbd through squeue/scontrol/sacct/sacctmgr/sprio."""
 
@@ -105,8 +108,13 @@ class CliSlurm:
         job_ids: Collection[int] | None = None,
         users: Collection[str] | None = None,
     ) -> list[Job]:
-        """Jobs slurmctld knows, filtered here (22.05's squeue --json ignores filters)."""
-        jobs = parse.parse_squeue_json(self.run(["squeue", "--json"]))
+        """Jobs slurmctld knows, filtered here (22.05's squeue --json ignores filters).
+
+        ``--states=all``: 24.11's squeue --json applies squeue's default state filter and
+        leaves out jobs that ended but are still within MinJobAge, which the daemon must
+        see (a job its checkpoint signal killed is requeued from FAILED); 22.05 ignores
+        the flag with --json and lists them anyway."""
+        jobs = parse.parse_squeue_json(self.run(list(LIST_JOBS_ARGV)))
         jobs = self._fill_site_factor(jobs)
         if states is not None:
             jobs = [j for j in jobs if j.state in states]

@@ -25,7 +25,7 @@ from slurm_ml.daemon import views
 from slurm_ml.model import GpuRequest, JobState
 from slurm_ml.policy import pending
 from slurm_ml.slurm import parse
-from slurm_ml.slurm.client import CliSlurm, JobSignal, parse_sbatch_signal
+from slurm_ml.slurm.client import LIST_JOBS_ARGV, CliSlurm, JobSignal, parse_sbatch_signal
 from slurm_ml.slurm.errors import SlurmCommandError
 
 DIR = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "24.11" / "daemon"
@@ -47,7 +47,8 @@ J = jobs_of_facts()
 
 def listed() -> dict[int, Any]:
     run = Replay(answers={
-        ("squeue", "--json"): read("daemon_list_jobs_reasons__squeue.json"),
+        # recorded with `squeue --json`; list_jobs adds --states=all (no ended job here)
+        LIST_JOBS_ARGV: read("daemon_list_jobs_reasons__squeue.json"),
         ("sprio", "-h", "-o", "%i %S %N"): read("daemon_list_jobs_reasons__sprio.txt")})
     return by_id(CliSlurm(run).list_jobs())
 
