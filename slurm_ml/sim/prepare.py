@@ -216,14 +216,8 @@ def _budgets(sc: Scenario, base: Config, shape: Config, trace: Trace,
     users = {**{t: traces.vc_user(t) for t in weights}, **trace.team_users()}
     tree = scenario.weighted_tree(base, weights, users=users)
     # through the parser: a name Slurm would refuse (an upper-case team) fails here
-    checked = parse_config({"cluster": scenario.config_data(shape.cluster),
-                            "gpu_types": {n: {k: v for k, v in
-                                              scenario.config_data(gt).items() if k != "name"}
-                                          for n, gt in shape.gpu_types.items()},
-                            "node_classes": scenario.config_data(shape.node_classes),
-                            "budgets": scenario.config_data(tree)},
-                           source=f"{sc.source} budgets")
-    return dataclasses.replace(shape, budgets=checked.budgets), trace
+    return scenario.classes_config(shape, scenario.config_data(shape.node_classes),
+                                   budgets=tree, source=sc.source), trace
 
 
 def run_policy(prep: Prepared, policy: str,

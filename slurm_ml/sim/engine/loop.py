@@ -286,6 +286,15 @@ class Engine:
         self.st.qos_preemptions += 1
 
     def _halt(self, task: Task) -> None:
+        """A preemption: the run ends, its work since the last checkpoint is lost."""
+        lost = self._cut(task)
+        task.lost_gpu_s += lost
+        task.requeues += 1
+        self.st.preemptions += 1
+
+    def _cut(self, task: Task) -> float:
+        """End the running task's run, keeping its work up to the last checkpoint; back
+        to PENDING. Returns the GPU-seconds lost (the caller says what they count as)."""
         st = self.st
         if task.state != RUNNING:
             raise AssertionError(f"requeue of job {task.spec.job_id}, which is not running")
@@ -293,11 +302,9 @@ class Engine:
         saved = math.floor(ran / st.settings.checkpoint_s) * st.settings.checkpoint_s
         self._stop(task)
         task.remaining -= saved
-        task.lost_gpu_s += (ran - saved) * task.spec.gpus
-        task.requeues += 1
-        st.preemptions += 1
         task.state = PENDING
         task.end_at = math.inf
+        return (ran - saved) * task.spec.gpus
 
     def _fault(self, node: int, repair_s: float) -> None:
         """The node fails: its jobs go back to the queue from their last checkpoint (a
@@ -308,12 +315,7 @@ class Engine:
             return
         self._node_faults += 1
         for task in [t for t in st.running.values() if any(n == node for n, _ in t.alloc)]:
-            lost = task.lost_gpu_s
-            self._halt(task)  # then undo what _halt counts for a preemption
-            st.preemptions -= 1
-            task.requeues -= 1
-            st.fault_lost_gpu_s += task.lost_gpu_s - lost
-            task.lost_gpu_s = lost
+            st.fault_lost_gpu_s += self._cut(task)  # not a preemption: counted apart
             st.fault_requeues += 1
             self._requeued(task)
         free = st.cluster.free[node]
