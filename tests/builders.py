@@ -105,7 +105,7 @@ def one_of_each(tag: str = "", t0: datetime = T0) -> list[Record]:
                       started_at=t0 - timedelta(hours=5), gpu_type="a100_80g"),
         util_sample(f"u{tag}", job_id=42, sampled_at=t0, mem_used_mb=30_000),
         budget_snapshot(f"b{tag}", taken_at=t0, parent="research", budget_share=0.125,
-                        usage_gpu_hours=1234.5, owed_gpu_hours=1300.0, site_factor=-5),
+                        usage_gpu_hours=1234.5, owed_gpu_hours=1300.0, site_factor=-5, lane_gpus=3),
         budget_snapshot(f"b2{tag}", account="org", taken_at=t0, parent=None, budget_share=1.0,
                         owed_gpu_hours=0.0),
         decision(f"d{tag}", cycle=17, job_id=42, reason="over-served after min runtime",

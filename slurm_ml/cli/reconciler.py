@@ -231,7 +231,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
 
     from slurm_ml.daemon import repair_view, report
     from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.plan import current_fair_share, zombie_status_of
+    from slurm_ml.daemon.plan import current_fair_share, fast_lane, zombie_status_of
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -270,7 +270,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
     data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie,
-                           repairs=repairs)
+                           repairs=repairs, lane=fast_lane(cfg, obs.jobs))
     emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
         sys.exit(EXIT_BAD_INPUT)

@@ -44,6 +44,7 @@ from slurm_ml.config.schema import (
     ContractsConfig,
     DaemonConfig,
     FairshareConfig,
+    FastLaneConfig,
     PartitionConfig,
     PolicyConfig,
     PriorityWeightsConfig,
@@ -631,6 +632,7 @@ def _policy(parser: _Parser, value: object) -> PolicyConfig | None:
         return PolicyConfig()
     parts: dict[str, type[Any]] = {
         "fairshare": FairshareConfig,
+        "fast_lane": FastLaneConfig,
         "priority_weights": PriorityWeightsConfig,
         "contracts": ContractsConfig,
         "reclaim": ReclaimConfig,

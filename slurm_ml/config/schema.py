@@ -36,6 +36,7 @@ __all__ = [
     "ContractsConfig",
     "DaemonConfig",
     "FairshareConfig",
+    "FastLaneConfig",
     "PartitionConfig",
     "PolicyConfig",
     "PriorityWeightsConfig",
@@ -94,6 +95,22 @@ class FairshareConfig:
         and the lowest stays at least one step (the reconciler's bands and the config's
         QOS rule both read it from here)."""
         return max(self.site_factor_max, ranks * self.site_factor_step)
+
+
+@dataclass(frozen=True, slots=True)
+class FastLaneConfig:
+    """The fast lane for short work (Ai2's debug jobs): an alloc job whose contract and
+    time limit are within ``policy.fairshare.short_job_*`` gets a SiteFactor one step
+    above every team's band, so it starts ahead of all other alloc work (Slurm's
+    preempt/qos then frees GPUs of free-QOS work for it at once), as long as the lane's
+    GPUs stay within a cap of their own: cluster-wide and per account, running and
+    queued lane jobs together. Beyond the cap short work waits in its team's band, with
+    ``short_job_boost``. Its GPU-hours are charged to the account like any other."""
+
+    # Fraction of the cluster's GPUs the lane may hold at once (floor; 0 = no lane).
+    gpus_fraction: float = knob(0.05, fraction)
+    team_gpus: int = knob(8, ge(0))  # lane GPUs one account may hold at once
+    max_job_gpus: int = knob(8, ge(1))  # a larger job is never in the lane
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +260,7 @@ class PolicyConfig:
     """Policy knobs; every one has a default equal to slurm_ml/share/slurm-ml.yaml."""
 
     fairshare: FairshareConfig = field(default_factory=FairshareConfig)
+    fast_lane: FastLaneConfig = field(default_factory=FastLaneConfig)
     priority_weights: PriorityWeightsConfig = field(default_factory=PriorityWeightsConfig)
     contracts: ContractsConfig = field(default_factory=ContractsConfig)
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_ml.config import Config
+from slurm_ml.config.rules import associations
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.repair_view import node_events
@@ -24,6 +25,7 @@ from slurm_ml.policy.contracts import (
     preemption_budget_left,
 )
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
+from slurm_ml.policy.fairshare.lane import Lane, lane_members, lane_site_factors
 from slurm_ml.policy.placement import cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
     ZombieStatus,
@@ -98,7 +100,10 @@ def warned_at(history: Sequence[ReconcilerDecision]) -> dict[int, int]:
     return out
 
 
-def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
+def snapshots(fair: FairShare, now: int,
+              lane: Lane | None = None) -> tuple[BudgetSnapshot, ...]:
+    """One snapshot per tree node above the users; a project's carries the GPUs its
+    short jobs hold in the fast lane (what admission reads to admit into the lane)."""
     taken = datetime.fromtimestamp(now, UTC)
     out = []
     for s in fair.standings:
@@ -109,7 +114,9 @@ def snapshots(fair: FairShare, now: int) -> tuple[BudgetSnapshot, ...]:
         out.append(BudgetSnapshot(
             idempotency_key=derive_key("budget_snapshot", s.account, taken), taken_at=taken,
             account=s.account, parent=parent, budget_share=s.budget_share,
-            usage_gpu_hours=s.delivered, owed_gpu_hours=s.owed, site_factor=s.site_factor))
+            usage_gpu_hours=s.delivered, owed_gpu_hours=s.owed, site_factor=s.site_factor,
+            lane_gpus=(lane.held.get(s.account, 0) if lane is not None and s.kind == "project"
+                       else None)))
     return tuple(out)
 
 
@@ -123,6 +130,13 @@ def current_fair_share(cfg: Config, obs: Observation,
     uncharged = {(r.job_id, r.start) for r in refunds}
     return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage, uncharged), obs.now,
                       pending_assocs={(p.account, p.user) for p in pending})
+
+
+def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
+    """This cycle's fast lane for short work (:mod:`slurm_ml.policy.fairshare.lane`)."""
+    pending, running = views.lane_jobs(cfg, jobs)
+    return lane_members(pending, running, views.total_gpus(cfg), cfg=cfg.policy.fast_lane,
+                        fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
 
 
 def refund_actions(refunds: Sequence[Refund], done: Collection[str]) -> list[Action]:
@@ -167,6 +181,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     refunds = views.run_refunds(cfg, obs.usage, obs.drains)
     fair = current_fair_share(cfg, obs, refunds)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
+    lane = fast_lane(cfg, jobs)
+    targets.update(lane_site_factors(lane, views.lane_jobs(cfg, jobs)[0],
+                                     cfg.policy.fairshare))
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     # None: sprio does not list the job (held, dependency, begin time, a requeued job's
     # restart delay); pushing it every cycle would change nothing visible. It is set in
@@ -237,7 +254,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
 
     actions += repair_actions(cfg, obs, actions, skip_nodes=seen)
     return Plan(now=now, cycle=now, fair=fair, site_factors=targets, changed=changed,
-                actions=tuple(actions), snapshots=snapshots(fair, now))
+                actions=tuple(actions), snapshots=snapshots(fair, now, lane))
 
 
 def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) -> RepairPlan:

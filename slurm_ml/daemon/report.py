@@ -15,6 +15,7 @@ from typing import Any
 from slurm_ml.model import Job
 from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
+from slurm_ml.policy.fairshare.lane import Lane
 from slurm_ml.policy.pending import ExcludedPending
 from slurm_ml.policy.reclaim import ZombieStatus
 from slurm_ml.policy.refunds import Refund
@@ -220,11 +221,28 @@ def zombie_json(status: ZombieStatus | None) -> dict[str, Any] | None:
             "problems": list(c.problems)}}
 
 
+def lane_json(job: Job | None, lane: Lane | None) -> dict[str, Any] | None:
+    """Whether the job is (or started as) fast-lane work, and the lane's room now: a
+    pending job by its SiteFactor (sprio lists only pending jobs), any job by the
+    admission record that put it in the lane at submission."""
+    if job is None or lane is None:
+        return None
+    waited = (job.start_time - job.submit_time
+              if job.start_time and job.submit_time else None)
+    record = admission_record(job) or {}
+    member = (job.site_factor or 0) >= lane.site_factor or record.get("lane") == 1
+    return {"member": member, "admitted_in_lane": record.get("lane") == 1,
+            "site_factor": lane.site_factor, "held_gpus": sum(lane.held.values()),
+            "cap_gpus": lane.cap, "account_gpus": lane.held.get(job.account, 0),
+            "waited_s": waited}
+
+
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
              fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
              zombie: ZombieStatus | None = None,
-             repairs: Sequence[NodeRepair] = ()) -> dict[str, Any]:
+             repairs: Sequence[NodeRepair] = (), lane: Lane | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
+    out["lane"] = lane_json(job, lane)
     if job is not None:
         out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,
                       "user": job.user, "qos": job.qos, "site_factor": job.site_factor,
@@ -284,6 +302,15 @@ def why_text(data: Mapping[str, Any]) -> str:
                      f"{(b['budget_share'] or 0) * 100:.1f}%, delivered "
                      f"{b['delivered_gpu_hours']} / owed {b['owed_gpu_hours']} GPU-hours "
                      f"(ratio {ratio}), {b['pending_gpus']} billing GPUs pending.")
+    lane = data.get("lane")
+    if lane and lane["member"]:
+        started = ("" if lane["waited_s"] is None else
+                   f" It started {lane['waited_s']} s after its submission.")
+        lines.append(
+            f"Fast lane: short work, so its SiteFactor ({lane['site_factor']} and up) puts it "
+            f"ahead of every team's band, and Slurm preempts unallocated (QOS free) work to "
+            f"start it; the lane holds {lane['held_gpus']} of its {lane['cap_gpus']} GPUs "
+            f"now ({lane['account_gpus']} this account's).{started}")
     adm = data.get("admission")
     if adm:
         lines.append(f"Admission: {json.dumps(adm, sort_keys=True)}")

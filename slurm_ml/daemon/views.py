@@ -17,6 +17,7 @@ from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node, expand_host
 from slurm_ml.policy.admission import contract_min_runtime_s
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
+from slurm_ml.policy.fairshare.lane import LaneJob, is_short_work
 from slurm_ml.policy.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
@@ -164,6 +165,30 @@ def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
                        short=is_short_job(None if (s := protected_s(j)) is None else s / 60,
                                           j.time_limit_min, cfg))
             for j in jobs if j.state == JobState.PENDING and waits_for_gpus(j.reason)]
+
+
+def lane_jobs(cfg: Config, jobs: Sequence[Job]) -> tuple[list[LaneJob], list[LaneJob]]:
+    """Short alloc work the fast lane counts, as (pending, running): pending jobs that
+    wait for GPUs (the ones :func:`pending_jobs` ranks) and running ones, each within
+    ``policy.fast_lane.max_job_gpus``."""
+    fcfg, most = cfg.policy.fairshare, cfg.policy.fast_lane.max_job_gpus
+    pending: list[LaneJob] = []
+    running: list[LaneJob] = []
+    for j in jobs:
+        if j.qos != ALLOC_QOS or not 0 < j.total_gpus <= most:
+            continue
+        if j.state == JobState.PENDING and not waits_for_gpus(j.reason):
+            continue
+        if j.state not in (JobState.PENDING, JobState.RUNNING):
+            continue
+        protected = protected_s(j)
+        if not is_short_work(None if protected is None else protected / 60,
+                             j.time_limit_min, fcfg):
+            continue
+        job = LaneJob(job_id=j.job_id, account=j.account, gpus=j.total_gpus,
+                      submit=j.submit_time or 0, nice=j.nice)
+        (pending if j.state == JobState.PENDING else running).append(job)
+    return pending, running
 
 
 def excluded_pending(cfg: Config, jobs: Sequence[Job]) -> list[ExcludedPending]:

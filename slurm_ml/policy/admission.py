@@ -242,6 +242,8 @@ def _record(req: JobRequest, now: datetime, cap: Capability, *,
         record["requeue"] = int(req.requeue)
     if rt.site_factor is not None:
         record["site_factor"] = rt.site_factor
+    if rt.lane:
+        record["lane"] = 1
     return record
 
 

@@ -23,6 +23,7 @@ class AccountStanding:
     site_factor: int | None = None  # the reconciler's last SiteFactor for this account
     usage_gpu_hours: float = 0.0
     budget_gpu_hours: float = 0.0
+    lane_gpus: int | None = None  # fast-lane GPUs it held at the last cycle (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +43,10 @@ def window_capacity_gpu_hours(cfg: Config) -> float:
 
 
 def account_standing(account: str, budget_share: float, usage_gpu_hours: float,
-                     site_factor: int | None, capacity_gpu_hours: float) -> AccountStanding:
+                     site_factor: int | None, capacity_gpu_hours: float,
+                     *, lane_gpus: int | None = None) -> AccountStanding:
     """Exhausted when the window's usage reached the account's share of capacity."""
     budget = budget_share * capacity_gpu_hours
     return AccountStanding(account=account, exhausted=usage_gpu_hours >= budget,
                            site_factor=site_factor, usage_gpu_hours=usage_gpu_hours,
-                           budget_gpu_hours=budget)
+                           budget_gpu_hours=budget, lane_gpus=lane_gpus)

@@ -20,8 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_ml.config import Config
+from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.admission_state import AdmissionState
+from slurm_ml.policy.fairshare.lane import (
+    cluster_gpus,
+    fits,
+    is_short_work,
+    lane_cap,
+    lane_site_factor,
+)
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 
 #: Slurm's "Job violates accounting/QOS policy" (slurm_errno.h), which scontrol prints
@@ -38,6 +46,7 @@ class Route:
     note: str = ""
     account: str | None = None
     refuse: str = ""  # an update this refuses (ESLURM_ACCOUNTING_POLICY), and why
+    lane: bool = False  # put in the fast lane for short work (its SiteFactor is the lane's)
 
 
 def default_account(cfg: Config, user: str,
@@ -104,10 +113,11 @@ def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
         return Route(qos=FREE_QOS, min_runtime=0, clear_time_min=req.time_min_min is not None,
                      site_factor=factor, note=free_note, account=account)
     assert account is not None  # a budgeted account
-    return _alloc(req, cfg, account, factor)
+    return _alloc(req, cfg, account, factor, state)
 
 
-def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Route:
+def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None,
+           state: AdmissionState) -> Route:
     cap = cfg.policy.contracts.min_runtime_cap_min
     asked = req.time_min_min  # None or > 0 here: --time-min=0 went to free
     minutes = asked if asked is not None else cfg.policy.admission.default_min_runtime_min
@@ -121,8 +131,34 @@ def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None) -> Ro
     if asked is not None:
         note += (" Slurm's --time-min was moved into this protection so the scheduler cannot "
                  "shorten your --time limit.")
+    lane = lane_route(req, cfg, account, minutes, state)
+    if lane is not None:
+        factor, note = lane[0], f"{note} {lane[1]}"
     return Route(qos=ALLOC_QOS, min_runtime=minutes, clear_time_min=asked is not None,
-                 site_factor=factor, note=note, account=account)
+                 site_factor=factor, note=note, account=account, lane=lane is not None)
+
+
+def lane_route(req: JobRequest, cfg: Config, account: str, minutes: int,
+               state: AdmissionState) -> tuple[int, str] | None:
+    """(SiteFactor, note) for a short job the fast lane has room for, as the last
+    reconciler cycle left it (``AccountStanding.lane_gpus``); None otherwise. Without a
+    cycle on record the lane is left to the daemon's next cycle."""
+    lcfg, fcfg = cfg.policy.fast_lane, cfg.policy.fairshare
+    gpus = req.total_gpus()
+    if gpus is None or not is_short_work(minutes, req.time_limit_min, fcfg):
+        return None
+    held = {a: s.lane_gpus for a, s in state.standing.items() if s.lane_gpus is not None}
+    if account not in held:
+        return None
+    cap = lane_cap(cluster_gpus(cfg), lcfg)
+    if not fits(account, gpus, held, sum(held.values()), cap, cfg=lcfg):
+        return None
+    value = lane_site_factor(fcfg, associations(cfg.budgets))
+    return value, (
+        f"It is short work (protected {minutes} min, --time {req.time_limit_min} min), so it "
+        f"goes in the fast lane: it starts ahead of other budgeted jobs, and Slurm may "
+        f"preempt unallocated (QOS {FREE_QOS}) work to start it. The lane holds at most "
+        f"{lcfg.team_gpus} GPUs per account and {cap} on the cluster.")
 
 
 def update_route(req: JobRequest) -> Route:

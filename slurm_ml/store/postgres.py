@@ -81,10 +81,10 @@ ON CONFLICT (idempotency_key) DO NOTHING
 _INSERT_BUDGET_SNAPSHOT: LiteralString = """
 INSERT INTO budget_snapshots
     (idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-     owed_gpu_hours, site_factor)
+     owed_gpu_hours, site_factor, lane_gpus)
 VALUES
     (%(idempotency_key)s, %(taken_at)s, %(account)s, %(parent)s, %(budget_share)s,
-     %(usage_gpu_hours)s, %(owed_gpu_hours)s, %(site_factor)s)
+     %(usage_gpu_hours)s, %(owed_gpu_hours)s, %(site_factor)s, %(lane_gpus)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 """
 
@@ -181,14 +181,14 @@ ORDER BY sampled_at, id
 
 _SELECT_BUDGET: LiteralString = """
 SELECT idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-       owed_gpu_hours, site_factor
+       owed_gpu_hours, site_factor, lane_gpus
 FROM budget_snapshots
 ORDER BY taken_at, id
 """
 
 _SELECT_BUDGET_ACCOUNT: LiteralString = """
 SELECT idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-       owed_gpu_hours, site_factor
+       owed_gpu_hours, site_factor, lane_gpus
 FROM budget_snapshots
 WHERE account = %(account)s
 ORDER BY taken_at, id
@@ -196,7 +196,7 @@ ORDER BY taken_at, id
 
 _SELECT_BUDGET_SINCE: LiteralString = """
 SELECT idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-       owed_gpu_hours, site_factor
+       owed_gpu_hours, site_factor, lane_gpus
 FROM budget_snapshots
 WHERE taken_at >= %(since)s
 ORDER BY taken_at, id
@@ -204,7 +204,7 @@ ORDER BY taken_at, id
 
 _SELECT_BUDGET_ACCOUNT_SINCE: LiteralString = """
 SELECT idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-       owed_gpu_hours, site_factor
+       owed_gpu_hours, site_factor, lane_gpus
 FROM budget_snapshots
 WHERE account = %(account)s AND taken_at >= %(since)s
 ORDER BY taken_at, id
@@ -214,7 +214,7 @@ ORDER BY taken_at, id
 _SELECT_LATEST_BUDGET: LiteralString = """
 SELECT DISTINCT ON (account)
        idempotency_key, taken_at, account, parent, budget_share, usage_gpu_hours,
-       owed_gpu_hours, site_factor
+       owed_gpu_hours, site_factor, lane_gpus
 FROM budget_snapshots
 ORDER BY account, taken_at DESC, id DESC
 """
@@ -440,6 +440,7 @@ class PostgresStore:
                 "usage_gpu_hours": snapshot.usage_gpu_hours,
                 "owed_gpu_hours": snapshot.owed_gpu_hours,
                 "site_factor": snapshot.site_factor,
+                "lane_gpus": snapshot.lane_gpus,
             },
         )
 

@@ -248,6 +248,8 @@ class BudgetSnapshot:
     usage_gpu_hours: float
     owed_gpu_hours: float
     site_factor: int | None = None
+    #: GPUs the account's short jobs hold in the fast lane (None: not a project account)
+    lane_gpus: int | None = None
 
     def __post_init__(self) -> None:
         _text(self, "idempotency_key", nonempty=True)
@@ -258,6 +260,7 @@ class BudgetSnapshot:
         _float(self, "usage_gpu_hours", lo=0.0)
         _float(self, "owed_gpu_hours", lo=0.0)
         _int(self, "site_factor", optional=True)
+        _int(self, "lane_gpus", lo=0, hi=2**31 - 1, optional=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,7 +37,7 @@ def build_state(cfg: Config, snapshots: Sequence[BudgetSnapshot],
     capacity = window_capacity_gpu_hours(cfg)
     standing = {
         s.account: account_standing(s.account, s.budget_share, s.usage_gpu_hours,
-                                    s.site_factor, capacity)
+                                    s.site_factor, capacity, lane_gpus=s.lane_gpus)
         for s in snapshots
     }
     gb = {(p.user, p.job_name): p.p95_mem_mb / 1024 for p in profiles}
