@@ -34,6 +34,7 @@ __all__ = [
     "margin_percent",
     "nodeset",
     "percent",
+    "share",
     "slurm_weight",
 ]
 
@@ -62,6 +63,11 @@ def ge(bound: float) -> Check[float]:
 
 def fraction(value: float) -> str | None:
     return None if 0 < value <= 1 else "must be in (0, 1]"
+
+
+def share(value: float) -> str | None:
+    """A fraction that may be 0 (off)."""
+    return None if 0 <= value <= 1 else "must be in [0, 1]"
 
 
 def percent(value: float) -> str | None:

@@ -24,6 +24,7 @@ from slurm_ml.config.checks import (
     margin_percent,
     nodeset,
     percent,
+    share,
     slurm_weight,
 )
 from slurm_ml.envvars import env
@@ -108,7 +109,7 @@ class FastLaneConfig:
     ``short_job_boost``. Its GPU-hours are charged to the account like any other."""
 
     # Fraction of the cluster's GPUs the lane may hold at once (floor; 0 = no lane).
-    gpus_fraction: float = knob(0.05, fraction)
+    gpus_fraction: float = knob(0.05, share)
     team_gpus: int = knob(8, ge(0))  # lane GPUs one account may hold at once
     max_job_gpus: int = knob(8, ge(1))  # a larger job is never in the lane
 

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from slurm_ml.config import ContractsConfig
+from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy import contracts, fairshare
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
@@ -32,7 +33,7 @@ from slurm_ml.policy.contracts import (
     Requeue,
     allocation_positions,
 )
-from slurm_ml.policy.fairshare import FairShare
+from slurm_ml.policy.fairshare import FairShare, lane
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.sim import state as es
 from slurm_ml.sim.room import placement_nodes_now
@@ -162,10 +163,41 @@ class Budget(Policy):
         self.name = BUDGET if contract else BUDGET_NOCONTRACT
         self.contract = contract
         self.account_band: dict[str, int] = {}  # SiteFactor admission gives a new job
+        cfg = st.cfg
+        self.lane_value = lane.lane_site_factor(cfg.policy.fairshare,
+                                                associations(cfg.budgets))
+        self.lane_cap = lane.lane_cap(st.cluster.total, cfg.policy.fast_lane)
+        self.lane_held: dict[str, int] | None = None  # the last cycle's (None: no cycle yet)
+        self._lane_jobs: dict[int, lane.LaneJob | None] = {}
+
+    def lane_job(self, st: SimState, task: Task) -> lane.LaneJob | None:
+        """The task as fast-lane work (a short alloc job within max_job_gpus), or None;
+        the daemon's ``views.lane_jobs`` rule, on the trace's contract and run time."""
+        job_id = task.spec.job_id
+        if job_id in self._lane_jobs:
+            return self._lane_jobs[job_id]
+        job, cfg = task.spec, st.cfg
+        got = None
+        if (task.qos == ALLOC_QOS and 0 < job.gpus <= cfg.policy.fast_lane.max_job_gpus
+                and lane.is_short_work(job.min_runtime_s / 60, job.duration_s / 60,
+                                       cfg.policy.fairshare)):
+            got = lane.LaneJob(job_id=job_id, account=job.team, gpus=job.gpus,
+                               submit=st.stamp(job.submit_s))
+        self._lane_jobs[job_id] = got
+        return got
 
     def key(self, st: SimState, task: Task) -> Key:
         """Between cycles a new job has the SiteFactor admission gave it: its account's
-        standing from the last cycle (submitd's ``AccountStanding.site_factor``), else 0."""
+        standing from the last cycle (submitd's ``AccountStanding.site_factor``), else 0;
+        short work the lane's room at the last cycle (``AccountStanding.lane_gpus``) the
+        lane's (``routing.lane_route``)."""
+        held = self.lane_held
+        job = self.lane_job(st, task) if held is not None else None
+        if job is not None and held is not None and lane.fits(
+                job.account, job.gpus, held, sum(held.values()), self.lane_cap,
+                cfg=st.cfg.policy.fast_lane):
+            return self._key(task, fairshare.job_site_factor(
+                self.lane_value, 0, st.cfg.policy.fairshare, True))
         return self._key(task, self.account_band.get(task.spec.team, 0))
 
     @staticmethod
@@ -180,6 +212,7 @@ class Budget(Policy):
                                     capacity=st.capacity)
         factors = fairshare.site_factors(fair, (t.pending_job for t in st.pending),
                                          cfg.policy.fairshare)
+        factors.update(self._lane(st))
         moved = False
         for task in st.pending:  # _key(), inlined: every pending job, every cycle
             key = (0 if task.qos == ALLOC_QOS else 1, -factors.get(task.spec.job_id, 0),
@@ -210,6 +243,21 @@ class Budget(Policy):
                                        positions=pos, ledger=ledger, free_gpus=free,
                                        requeues=tuple(requeues))
         return CycleOutcome(fair=fair, requeues=requeues, decision=decision, sorted=True)
+
+    def _lane(self, st: SimState) -> dict[int, int]:
+        """This cycle's fast lane (``policy.fairshare.lane``, as the daemon's cycle runs
+        it) and its members' SiteFactor; its room is what admission sees until the next."""
+        cfg = st.cfg
+        if self.lane_cap <= 0:
+            self.lane_held = {}
+            return {}
+        pending = [j for t in st.pending if (j := self.lane_job(st, t)) is not None]
+        running = [j for t in st.running.values() if (j := self.lane_job(st, t)) is not None]
+        got = lane.lane_members(pending, running, st.cluster.total,
+                                cfg=cfg.policy.fast_lane, fcfg=cfg.policy.fairshare,
+                                associations=associations(cfg.budgets))
+        self.lane_held = dict(got.held)
+        return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
 
 
 def _key(task: Task) -> Key:

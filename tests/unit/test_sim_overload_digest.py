@@ -1,10 +1,12 @@
 """The simulator's speed work must not change a single decision: a fixed small overloaded
 scenario (real Philly jobs at 2.5x demand, unallocated and debug work, ``budget``) gives
 the same job outcomes, to the bit, as the code before it (the digest was recorded from
-that code, commit 67f1a60)."""
+that code, commit 67f1a60). The fast lane (issue 18) changes decisions on purpose: the
+digests before it are kept with the lane off, and ``budget+lane`` pins it on."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -24,16 +26,21 @@ EXPECTED = {
     "budget": "9b55d880af90ef06d1da35608bedced16c3c1fcb424df42622eebe67d08db8e8",
     "fifo": "2ed01097d9e6c769624afd05efcd995f1d7b061c176847cd6928886f474f4b63",
     "slurm-fairshare": "15a38ba8e82354e4bbe87b70988efbd109dca8be8eacd45c5f0fda37f1fd47e8",
+    # the default config, fast lane on (recorded at the commit that added it)
+    "budget+lane": "b1f8b17ff9157f94684efe0e4e659e7f149fea4d5038b5b56b6895449756417a",
 }
 
 
-def overloaded() -> tuple[Config, list[SimJob]]:
+def overloaded(lane: bool = False) -> tuple[Config, list[SimJob]]:
     trace = traces.load_philly(PHILLY)
     trace = scenario.slice_trace(trace, 720 * 3600.0, 744 * 3600.0)
     trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, GPUS, 2.5))
     trace = scenario.mark_unallocated(trace, 0.2, seed=0)
     trace = scenario.inject_debug_jobs(trace, 0.5, seed=0)
     cfg = scenario.trace_config(load_config(DEFAULT_CONFIG), trace, GPUS, traces.default_vc_nodes())
+    if not lane:
+        fast = dataclasses.replace(cfg.policy.fast_lane, gpus_fraction=0.0)
+        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, fast_lane=fast))
     return cfg, list(trace.jobs)
 
 
@@ -50,7 +57,8 @@ def outcomes(result: SimResult) -> str:
 
 @pytest.mark.parametrize("policy", sorted(EXPECTED))
 def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
-    cfg, jobs = overloaded()
-    result = simulate(cfg, jobs, policy)
+    name, _, lane = policy.partition("+")
+    cfg, jobs = overloaded(lane=bool(lane))
+    result = simulate(cfg, jobs, name)
     assert result.preemptions > 0 or policy != "budget"  # the contracts did requeue
     assert outcomes(result) == EXPECTED[policy]
