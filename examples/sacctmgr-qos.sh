@@ -8,7 +8,7 @@
 #   SLURM_ML_REGEN_EXAMPLES=1 .venv/bin/pytest tests/unit/test_conf_examples.py
 #
 #   cluster    ClusterName, registered in slurmdbd
-#   QOS free   unallocated work, uncharged and requeued: UsageFactor=0 PreemptMode=requeue GraceTime=120 Priority=0
+#   QOS free   unallocated work, uncharged and requeued: UsageFactor=0 PreemptMode=requeue GraceTime=30 Priority=0
 #   QOS alloc  budgeted work, may preempt free: UsageFactor=1 Preempt=free PreemptExemptTime=08:00:00 Priority=100
 #                PreemptExemptTime = policy.contracts.min_runtime_cap_min
 #   accounts   budgets.org > programs > projects, each allowed both QOS (default alloc)
@@ -33,7 +33,7 @@ step() {
 
 step sacctmgr -i add cluster mlcluster
 step sacctmgr -i add qos free
-step sacctmgr -i modify qos where name=free set UsageFactor=0 PreemptMode=requeue GraceTime=120 Priority=0
+step sacctmgr -i modify qos where name=free set UsageFactor=0 PreemptMode=requeue GraceTime=30 Priority=0
 step sacctmgr -i add qos alloc
 step sacctmgr -i modify qos where name=alloc set UsageFactor=1 Preempt=free PreemptExemptTime=08:00:00 Priority=100
 step sacctmgr -i add account research cluster=mlcluster description=research organization=research qos=alloc,free defaultqos=alloc

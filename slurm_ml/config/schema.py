@@ -185,6 +185,10 @@ class ContractsConfig:
     requeue_signal: str = knob("USR1", _requeue_signal)
     requeue_signal_target: str = knob("batch", _signal_target)
     requeue_grace_s: float = knob(60.0, ge(0))
+    # QOS free's GraceTime (rendered by install): how long free work that Slurm preempts
+    # for an alloc job gets to checkpoint before it is killed, and so how long that alloc
+    # job (a debug job in the fast lane) waits for its GPUs: keep it under a minute.
+    free_grace_s: int = knob(30, ge(0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,8 @@ def _conf_plan(cfg: Config, p: InstallParams, conf_text: str, manifest: Manifest
 
 
 def _accounts_plan(cfg: Config, run: SlurmRunner | None) -> AccountsReport:
-    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)
+    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min,
+                                       cfg.policy.contracts.free_grace_s)
     try:
         if run is None:
             raise SlurmError("no Slurm runner given")

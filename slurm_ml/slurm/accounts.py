@@ -22,11 +22,12 @@ class QosSpec:
 
 
 def default_qos_specs(
-    min_runtime_cap_min: int = 480, grace_time_s: int = 120
+    min_runtime_cap_min: int = 480, grace_time_s: int = 30
 ) -> list[QosSpec]:
     """QOS ``alloc`` (charged, protected, preempts ``free``) and ``free`` (uncharged, requeued).
 
-    ``min_runtime_cap_min``: policy.contracts.min_runtime_cap_min, alloc's PreemptExemptTime.
+    ``min_runtime_cap_min``: policy.contracts.min_runtime_cap_min, alloc's PreemptExemptTime;
+    ``grace_time_s``: policy.contracts.free_grace_s, free's GraceTime.
     """
     exempt_h, exempt_m = divmod(min_runtime_cap_min, 60)
     return [

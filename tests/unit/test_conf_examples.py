@@ -71,14 +71,16 @@ def expected_conf(cfg: Config, name: str) -> str:
 def planned_commands(cfg: Config) -> list[list[str]]:
     """What `slurm-ml install` runs against an empty slurmdbd (its planner,
     accounts.plan_accounts, given nothing there yet)."""
-    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)
+    specs = accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min,
+                                       cfg.policy.contracts.free_grace_s)
     return accounts.plan_accounts(accounts.AccountsState(), cfg.cluster.name, cfg.budgets,
                                   specs)
 
 
 def expected_script(cfg: Config) -> str:
     specs = {s.name: " ".join(f"{k}={v}" for k, v in s.settings)
-             for s in accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min)}
+             for s in accounts.default_qos_specs(cfg.policy.contracts.min_runtime_cap_min,
+                                       cfg.policy.contracts.free_grace_s)}
     steps = "\n".join(f"step {shlex.join(cmd)}" for cmd in planned_commands(cfg))
     return f"""#!/bin/bash
 # slurm-ml's QOS and the account tree of examples/slurm-ml.yaml, as sacctmgr

@@ -68,7 +68,7 @@ def test_revert_reports_a_line_changed_since() -> None:
 
 
 def test_qos_plan_sets_only_what_differs() -> None:
-    specs = accounts.default_qos_specs(480)
+    specs = accounts.default_qos_specs(480, 120)
     live = accounts.parse_qos("normal|1.000000|cluster|00:00:00|0||\n"
                               "free|0.000000|requeue|00:02:00|0||\n"
                               "alloc|1.000000|cluster|00:00:00|100|free|08:00:00\n")

@@ -1,0 +1,162 @@
+"""Issue 18 on the real dev cluster: a researcher's debug job starts within 60 s on a full
+cluster, through the fast lane, and ``slurm-ml why`` says how.
+
+Every GPU is busy: allocated work of nlp (alice, ``--no-requeue``, so the contracts have
+no victim) on the a100_80g nodes, unallocated work (QOS free, ``--time-min=0``) on the
+rest, and a whole a100 node of vision's allocated work waiting behind them. A daemon
+cycle records the lane's room (the budget snapshots admission reads); then carol submits
+a debug job (1 GPU, a 10-minute limit and contract). Admission puts it in the fast lane,
+so it ranks above every band, and Slurm's preempt/qos requeues free work to start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_jobs import daemon_config, show, wait_state
+
+from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
+from slurm_ml.config import load_config
+from slurm_ml.config.rules import associations
+from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.devcluster.layout import Layout
+from slurm_ml.policy.fairshare.lane import lane_site_factor
+from slurm_ml.submitd.client import ask
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
+#: the issue's bound on a debug job's wait on a full cluster
+DEBUG_START_S = 60
+
+
+def sbatch(user: str, account: str, *args: str, jobs: list[int]) -> tuple[int, float]:
+    """Submit as ``user``; (job id, wall time of the submission)."""
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    at = time.time()
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", f"--account={account}", *args],
+                   check=False, timeout_s=30)
+    assert res.returncode == 0, res.stderr
+    jobs.append(int(res.stdout.strip().split(";")[0]))
+    return jobs[-1], at
+
+
+def refresh(cluster: DevCluster) -> None:
+    """Make submitd read the store now (the daemon's snapshots) and wait until it has."""
+    sock = cluster.layout.submitd_socket
+    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
+    ask(sock, {"v": 1, "op": "refresh"})
+    deadline = time.monotonic() + 15
+    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
+        assert time.monotonic() < deadline, "submitd did not refresh its state"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def jobs(slurm_conf: str) -> Iterator[list[int]]:
+    ids: list[int] = []
+    yield ids
+    if ids:
+        proc.run(["scancel", *map(str, ids)], check=False)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out = proc.run(["squeue", "-h", "-o", "%i", "-j", ",".join(map(str, ids))],
+                           check=False).stdout
+            if not out.strip():
+                break
+            time.sleep(1)
+
+
+@pytest.fixture
+def cluster(slurm_conf: str) -> DevCluster:
+    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
+    cl = DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
+                    config_path=DEFAULT_CONFIG)
+    cl.start_submitd()
+    return cl
+
+
+def fill(jobs: list[int]) -> dict[str, list[int]]:
+    """Every GPU busy: nlp's allocated work on both a100_80g nodes, free work elsewhere;
+    vision's allocated a100_80g node waiting."""
+    out: dict[str, list[int]] = {"alloc": [], "free": []}
+    for _ in range(2):
+        out["alloc"].append(sbatch("alice", "llm-pretrain", "--gres=gpu:a100_80g:8",
+                                   "--no-requeue", "--time=30", "--wrap", "sleep 900",
+                                   jobs=jobs)[0])
+    for gres in ("a100_40g:8", "a100_40g:8", "v100:4", "v100:4"):
+        out["free"].append(sbatch("bob", "llm-pretrain", f"--gres=gpu:{gres}", "--requeue",
+                                  "--time-min=0", "--time=30", "--wrap", "sleep 900",
+                                  jobs=jobs)[0])
+    for job in out["alloc"] + out["free"]:
+        wait_state(job, {"RUNNING"}, timeout_s=120)
+    for job in out["free"]:
+        assert show(job)["QOS"] == "free"
+    out["waiting"] = [sbatch("dave", "detection", "--gres=gpu:a100_80g:8", "--time=30",
+                             "--wrap", "sleep 900", jobs=jobs)[0]]
+    wait_state(out["waiting"][0], {"PENDING"}, timeout_s=30)
+    return out
+
+
+def daemon_once(cfg: Path, dsn: str) -> dict[str, Any]:
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once", "--json"],
+                   check=False, timeout_s=180, env={**os.environ, "SLURM_ML_DSN": dsn})
+    assert res.returncode == 0, res.stderr[-3000:]
+    data: dict[str, Any] = json.loads(res.stdout)
+    return data
+
+
+def test_debug_job_starts_within_a_minute_on_a_full_cluster(
+        cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
+    held = fill(jobs)
+    # One reconciler cycle (the real daemon, as root) records the lane's room for
+    # admission; its contracts find no victim (nlp's work is --no-requeue).
+    cfg = daemon_config(tmp_path / f"lane-{uuid.uuid4().hex[:6]}.yaml")
+    daemon_once(cfg, admin_dsn)
+    refresh(cluster)
+
+    debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
+                              "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
+    fields = wait_state(debug, {"RUNNING"}, timeout_s=DEBUG_START_S + 30)
+    waited = time.time() - submitted
+    assert waited <= DEBUG_START_S, f"debug job {debug} waited {waited:.0f} s: {fields}"
+
+    lane = lane_site_factor(load_config(DEFAULT_CONFIG).policy.fairshare,
+                            associations(load_config(DEFAULT_CONFIG).budgets))
+    assert '"lane":1' in fields["AdminComment"], fields["AdminComment"]
+    assert fields["QOS"] == "alloc"
+    # free work made room: at least one free job was requeued (or is being)
+    states = {j: show(j)["JobState"] for j in held["free"]}
+    assert any(s != "RUNNING" for s in states.values()), states
+    assert show(held["waiting"][0])["JobState"] == "PENDING"  # nothing else jumped ahead
+
+    why = proc.run([SLURM_ML, "why", str(debug), "--json"], check=False, timeout_s=60,
+                   env={**os.environ, "SLURM_ML_DSN": admin_dsn})
+    assert why.returncode == 0, why.stderr
+    data = json.loads(why.stdout)
+    assert data["lane"]["member"] is True and data["lane"]["site_factor"] == lane
+    assert data["lane"]["admitted_in_lane"] is True
+    text = proc.run([SLURM_ML, "why", str(debug)], check=False, timeout_s=60,
+                    env={**os.environ, "SLURM_ML_DSN": admin_dsn}).stdout
+    assert "Fast lane" in text and "preempts unallocated" in text, text
+    assert "s after its submission" in text, text
+
+
+def test_a_long_job_of_the_same_researcher_does_not_take_the_lane(
+        cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
+    cfg = daemon_config(tmp_path / f"lane-{uuid.uuid4().hex[:6]}.yaml")
+    daemon_once(cfg, admin_dsn)
+    refresh(cluster)
+    long_job, _ = sbatch("carol", "llm-eval", "--hold", "--gres=gpu:1", "--time=120",
+                         "--wrap", "true", jobs=jobs)
+    fields = show(long_job)
+    assert '"lane"' not in fields["AdminComment"], fields["AdminComment"]
