@@ -3,7 +3,9 @@ shared by the integration modules."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +16,9 @@ import yaml
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.slurm.parse import parse_oneliner
+from slurm_ml.submitd.client import ask
+
+SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 
 
 def show(job_id: int) -> dict[str, str]:
@@ -69,3 +74,23 @@ def daemon_config(path: Path, *, weights: dict[str, float] | None = None,
     data["store"]["spool_dir"] = str(path.parent / "spool")
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def daemon_once(cfg: Path, dsn: str) -> dict[str, Any]:
+    """One real ``slurm-ml daemon --once --json`` cycle against ``dsn`` (as $SLURM_ML_DSN,
+    like the installed service); its JSON report."""
+    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once", "--json"],
+                   check=False, timeout_s=180, env={**os.environ, "SLURM_ML_DSN": dsn})
+    assert res.returncode == 0, res.stderr[-3000:]
+    data: dict[str, Any] = json.loads(res.stdout)
+    return data
+
+
+def refresh_submitd(sock: Path) -> None:
+    """Make submitd read the store now and wait until it has."""
+    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
+    ask(sock, {"v": 1, "op": "refresh"})
+    deadline = time.monotonic() + 15
+    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
+        assert time.monotonic() < deadline, "submitd did not refresh its state"
+        time.sleep(0.2)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from slurm_jobs import show, wait_state
+from slurm_jobs import refresh_submitd, show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -67,13 +67,7 @@ def sbatch(user: str, *args: str, jobs: list[int] | None = None) -> proc.Result:
 
 
 def refresh(cluster: DevCluster) -> None:
-    sock = cluster.layout.submitd_socket
-    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
-    ask(sock, {"v": 1, "op": "refresh"})
-    deadline = time.monotonic() + 15
-    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
-        assert time.monotonic() < deadline, "submitd did not refresh its state"
-        time.sleep(0.2)
+    refresh_submitd(cluster.layout.submitd_socket)
 
 
 def test_typed_request_with_30gb_profile_widens_to_both_a100_types(

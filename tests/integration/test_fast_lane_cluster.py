@@ -18,10 +18,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from slurm_jobs import daemon_config, show, wait_state
+from slurm_jobs import daemon_config, daemon_once, refresh_submitd, show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -30,7 +29,6 @@ from slurm_ml.config.rules import associations
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.policy.fairshare.lane import lane_site_factor
-from slurm_ml.submitd.client import ask
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -51,14 +49,7 @@ def sbatch(user: str, account: str, *args: str, jobs: list[int]) -> tuple[int, f
 
 
 def refresh(cluster: DevCluster) -> None:
-    """Make submitd read the store now (the daemon's snapshots) and wait until it has."""
-    sock = cluster.layout.submitd_socket
-    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
-    ask(sock, {"v": 1, "op": "refresh"})
-    deadline = time.monotonic() + 15
-    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
-        assert time.monotonic() < deadline, "submitd did not refresh its state"
-        time.sleep(0.2)
+    refresh_submitd(cluster.layout.submitd_socket)
 
 
 @pytest.fixture
@@ -105,14 +96,6 @@ def fill(jobs: list[int]) -> dict[str, list[int]]:
                              "--wrap", "sleep 900", jobs=jobs)[0]]
     wait_state(out["waiting"][0], {"PENDING"}, timeout_s=30)
     return out
-
-
-def daemon_once(cfg: Path, dsn: str) -> dict[str, Any]:
-    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once", "--json"],
-                   check=False, timeout_s=180, env={**os.environ, "SLURM_ML_DSN": dsn})
-    assert res.returncode == 0, res.stderr[-3000:]
-    data: dict[str, Any] = json.loads(res.stdout)
-    return data
 
 
 def test_debug_job_starts_within_a_minute_on_a_full_cluster(

@@ -13,8 +13,6 @@ job, which needs a whole v100 node. The real daemon runs:
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_jobs import daemon_config, show, wait_state
+from slurm_jobs import daemon_config, daemon_once, show, wait_state
 from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
@@ -31,12 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 
 
-def daemon(cfg: Path, dsn: str) -> dict[str, Any]:
-    res = proc.run([SLURM_ML, "daemon", "--config", str(cfg), "--once", "--json"],
-                   check=False, timeout_s=180, env={**os.environ, "SLURM_ML_DSN": dsn})
-    assert res.returncode == 0, res.stderr[-3000:]
-    data: dict[str, Any] = json.loads(res.stdout)
-    return data
+daemon = daemon_once
 
 
 def requeues(cycle: dict[str, Any]) -> list[int]:
