@@ -3,8 +3,11 @@ cluster, through the fast lane, and ``slurm-ml why`` says how.
 
 Every GPU is busy: allocated work of nlp (alice, ``--no-requeue``, so the contracts have
 no victim) on the a100_80g nodes, unallocated work (QOS free, ``--time-min=0``) on the
-rest, and a whole a100 node of vision's allocated work waiting behind them. A daemon
-cycle records the lane's room (the budget snapshots admission reads); then carol submits
+rest, and a whole a100 node of vision's allocated work waiting behind them. The daemon's
+cycle plan (``plan_cycle`` on what slurmctld reports) records the lane's room in the
+budget snapshots admission reads, written as the daemon writes them; its actions are not
+applied (the shared database holds other tests' health history, and a real daemon cycle
+would drain nodes for it, "repair at the contract"). Then carol submits
 a debug job (1 GPU, a 10-minute limit and contract). Admission puts it in the fast lane,
 so it ranks above every band, and Slurm's preempt/qos requeues free work to start it.
 """
@@ -15,20 +18,23 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_jobs import daemon_config, daemon_once, refresh_submitd, show, wait_state
+from slurm_jobs import refresh_submitd, show, wait_state
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.config.rules import associations
+from slurm_ml.daemon.observe import observe
+from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.policy.fairshare.lane import lane_site_factor
+from slurm_ml.slurm.client import CliSlurm
+from slurm_ml.store.postgres import PostgresStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -46,6 +52,16 @@ def sbatch(user: str, account: str, *args: str, jobs: list[int]) -> tuple[int, f
     assert res.returncode == 0, res.stderr
     jobs.append(int(res.stdout.strip().split(";")[0]))
     return jobs[-1], at
+
+
+def record_lane(dsn: str) -> None:
+    """The budget snapshots of the daemon's plan for now, lane room included."""
+    cfg = load_config(DEFAULT_CONFIG)
+    plan = plan_cycle(cfg, observe(cfg, CliSlurm(), None, int(time.time())))
+    assert any(s.lane_gpus is not None for s in plan.snapshots)
+    with PostgresStore(dsn) as store:
+        for snap in plan.snapshots:
+            store.record_budget_snapshot(snap)
 
 
 def refresh(cluster: DevCluster) -> None:
@@ -101,10 +117,7 @@ def fill(jobs: list[int]) -> dict[str, list[int]]:
 def test_debug_job_starts_within_a_minute_on_a_full_cluster(
         cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
     held = fill(jobs)
-    # One reconciler cycle (the real daemon, as root) records the lane's room for
-    # admission; its contracts find no victim (nlp's work is --no-requeue).
-    cfg = daemon_config(tmp_path / f"lane-{uuid.uuid4().hex[:6]}.yaml")
-    daemon_once(cfg, admin_dsn)
+    record_lane(admin_dsn)
     refresh(cluster)
 
     debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
@@ -136,8 +149,7 @@ def test_debug_job_starts_within_a_minute_on_a_full_cluster(
 
 def test_a_long_job_of_the_same_researcher_does_not_take_the_lane(
         cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
-    cfg = daemon_config(tmp_path / f"lane-{uuid.uuid4().hex[:6]}.yaml")
-    daemon_once(cfg, admin_dsn)
+    record_lane(admin_dsn)
     refresh(cluster)
     long_job, _ = sbatch("carol", "llm-eval", "--hold", "--gres=gpu:1", "--time=120",
                          "--wrap", "true", jobs=jobs)
