@@ -371,6 +371,10 @@ class Config:
         order (gpu2 before gpu10; same as sorted() for zero-padded names)."""
         return list(self._all_nodes)
 
+    def total_gpus(self) -> int:
+        """The GPUs of every node the config lists (contracts' cap, the fast lane's)."""
+        return sum(c.gpus_per_node for n in self.all_nodes() if (c := self.node_class_of(n)))
+
     def node_class_of(self, node: str) -> NodeClass | None:
         """The node class a node belongs to, None for a node slurm-ml does not know."""
         return self._node_index.get(node)

@@ -25,7 +25,7 @@ from slurm_ml.policy.contracts import (
     preemption_budget_left,
 )
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
-from slurm_ml.policy.fairshare.lane import Lane, lane_members, lane_site_factors
+from slurm_ml.policy.fairshare.lane import Lane, LaneJob, lane_members, lane_site_factors
 from slurm_ml.policy.placement import cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
     ZombieStatus,
@@ -134,8 +134,11 @@ def current_fair_share(cfg: Config, obs: Observation,
 
 def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
     """This cycle's fast lane for short work (:mod:`slurm_ml.policy.fairshare.lane`)."""
-    pending, running = views.lane_jobs(cfg, jobs)
-    return lane_members(pending, running, views.total_gpus(cfg), cfg=cfg.policy.fast_lane,
+    return _fast_lane(cfg, *views.lane_jobs(cfg, jobs))
+
+
+def _fast_lane(cfg: Config, pending: Sequence[LaneJob], running: Sequence[LaneJob]) -> Lane:
+    return lane_members(pending, running, cfg.total_gpus(), cfg=cfg.policy.fast_lane,
                         fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
 
 
@@ -181,9 +184,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     refunds = views.run_refunds(cfg, obs.usage, obs.drains)
     fair = current_fair_share(cfg, obs, refunds)
     targets = site_factors(fair, pending, cfg.policy.fairshare)
-    lane = fast_lane(cfg, jobs)
-    targets.update(lane_site_factors(lane, views.lane_jobs(cfg, jobs)[0],
-                                     cfg.policy.fairshare))
+    lane_pending, lane_running = views.lane_jobs(cfg, jobs)
+    lane = _fast_lane(cfg, lane_pending, lane_running)
+    targets.update(lane_site_factors(lane, lane_pending, cfg.policy.fairshare))
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     # None: sprio does not list the job (held, dependency, begin time, a requeued job's
     # restart delay); pushing it every cycle would change nothing visible. It is set in
@@ -228,7 +231,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")])
     requeues = plan_requeues(
         now, candidates, views.waiting_jobs(cfg, jobs), allocation_positions(fair, running), book,
-        node_slots(cluster_nodes(cfg, obs.nodes), running), views.total_gpus(cfg),
+        node_slots(cluster_nodes(cfg, obs.nodes), running), cfg.total_gpus(),
         cfg.policy.contracts)
     for rq in requeues:
         actions.append(Action(
@@ -263,7 +266,7 @@ def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) ->
     book = ledger(obs.history)
     used = [*book.recent, *((obs.now, a.gpus) for a in planned if a.kind == "requeue")]
     left = preemption_budget_left(obs.now, PreemptionLedger(book.last_requeue, used),
-                                  views.total_gpus(cfg), cfg.policy.contracts)
+                                  cfg.total_gpus(), cfg.policy.contracts)
     skip = {a.job_id for a in planned if a.kind in ("requeue", "cancel") and a.job_id}
     return plan_repairs(obs.now, obs.nodes, obs.jobs,
                         current_findings(node_events(obs.health)), cfg, budget_left=left,

@@ -266,10 +266,6 @@ def free_gpus(cfg: Config, nodes: Sequence[Node], running: Sequence[RunningJob])
 _UNUSABLE = frozenset({"DOWN", "FAIL", "FUTURE", "UNKNOWN"})
 
 
-def total_gpus(cfg: Config) -> int:
-    return sum(c.gpus_per_node for n in cfg.all_nodes() if (c := cfg.node_class_of(n)))
-
-
 def completing_jobs(jobs: Sequence[Job]) -> list[CompletingJob]:
     return [CompletingJob(job_id=j.job_id, nodes=expand(j.nodes), ended_at=j.end_time)
             for j in jobs if j.state == JobState.COMPLETING]

@@ -24,7 +24,6 @@ from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.admission_state import AdmissionState
 from slurm_ml.policy.fairshare.lane import (
-    cluster_gpus,
     fits,
     is_short_work,
     lane_cap,
@@ -150,7 +149,7 @@ def lane_route(req: JobRequest, cfg: Config, account: str, minutes: int,
     held = {a: s.lane_gpus for a, s in state.standing.items() if s.lane_gpus is not None}
     if account not in held:
         return None
-    cap = lane_cap(cluster_gpus(cfg), lcfg)
+    cap = lane_cap(cfg.total_gpus(), lcfg)
     if not fits(account, gpus, held, sum(held.values()), cap, cfg=lcfg):
         return None
     value = lane_site_factor(fcfg, associations(cfg.budgets))

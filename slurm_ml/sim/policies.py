@@ -164,8 +164,8 @@ class Budget(Policy):
         self.contract = contract
         self.account_band: dict[str, int] = {}  # SiteFactor admission gives a new job
         cfg = st.cfg
-        self.lane_value = lane.lane_site_factor(cfg.policy.fairshare,
-                                                associations(cfg.budgets))
+        self.associations = associations(cfg.budgets)
+        self.lane_value = lane.lane_site_factor(cfg.policy.fairshare, self.associations)
         self.lane_cap = lane.lane_cap(st.cluster.total, cfg.policy.fast_lane)
         self.lane_held: dict[str, int] | None = None  # the last cycle's (None: no cycle yet)
         self._lane_jobs: dict[int, lane.LaneJob | None] = {}
@@ -255,7 +255,7 @@ class Budget(Policy):
         running = [j for t in st.running.values() if (j := self.lane_job(st, t)) is not None]
         got = lane.lane_members(pending, running, st.cluster.total,
                                 cfg=cfg.policy.fast_lane, fcfg=cfg.policy.fairshare,
-                                associations=associations(cfg.budgets))
+                                associations=self.associations)
         self.lane_held = dict(got.held)
         return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
 

@@ -25,8 +25,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_ml.config import Config, FairshareConfig, FastLaneConfig
-from slurm_ml.policy.fairshare.standing import SITE_FACTOR_LIMIT, job_site_factor
+from slurm_ml.config import FairshareConfig, FastLaneConfig
+from slurm_ml.policy.fairshare.standing import SITE_FACTOR_LIMIT, is_short_work, job_site_factor
+
+__all__ = ["Lane", "LaneJob", "fits", "is_short_work", "lane_cap", "lane_members",
+           "lane_site_factor", "lane_site_factors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,23 +53,9 @@ class Lane:
     cap: int  # GPUs the lane may hold at once, cluster-wide
 
 
-def is_short_work(min_runtime_min: float | None, time_limit_min: float | None,
-                  cfg: FairshareConfig) -> bool:
-    """A known contract and time limit, both within the ``short_job_*`` bounds."""
-    if min_runtime_min is None or time_limit_min is None:
-        return False
-    return (min_runtime_min <= cfg.short_job_min_runtime_min
-            and 0 < time_limit_min <= cfg.short_job_time_limit_min)
-
-
 def lane_cap(total_gpus: int, cfg: FastLaneConfig) -> int:
     """GPUs the lane may hold at once: a floor, so a small cluster may have none."""
     return max(0, math.floor(cfg.gpus_fraction * total_gpus + 1e-9))
-
-
-def cluster_gpus(cfg: Config) -> int:
-    """The GPUs of every node the config lists."""
-    return sum(c.gpus_per_node for n in cfg.all_nodes() if (c := cfg.node_class_of(n)))
 
 
 def lane_site_factor(cfg: FairshareConfig, associations: int) -> int:

@@ -141,14 +141,21 @@ def band(rank: int, ranks: int, cfg: FairshareConfig) -> int:
     return cfg.top_band(ranks) - (rank - 1) * cfg.site_factor_step
 
 
-def is_short_job(min_runtime_min: float | None, time_limit_min: float | None,
-                 cfg: FairshareConfig) -> bool:
+def is_short_work(min_runtime_min: float | None, time_limit_min: float | None,
+                  cfg: FairshareConfig) -> bool:
     """Short work (a debug job): a known contract and time limit, both within the
     ``short_job_*`` bounds. Unknown values are never short."""
-    if cfg.short_job_boost <= 0 or min_runtime_min is None or time_limit_min is None:
+    if min_runtime_min is None or time_limit_min is None:
         return False
     return (min_runtime_min <= cfg.short_job_min_runtime_min
             and 0 < time_limit_min <= cfg.short_job_time_limit_min)
+
+
+def is_short_job(min_runtime_min: float | None, time_limit_min: float | None,
+                 cfg: FairshareConfig) -> bool:
+    """Short work that gets ``short_job_boost`` (none when the boost is off); the fast
+    lane takes short work whatever the boost (:func:`is_short_work`)."""
+    return cfg.short_job_boost > 0 and is_short_work(min_runtime_min, time_limit_min, cfg)
 
 
 def job_site_factor(band_value: int, nice: int, cfg: FairshareConfig,
