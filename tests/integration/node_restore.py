@@ -54,6 +54,25 @@ def node_map(cluster: DevCluster) -> dict[str, Node]:
     return {n.name: n for n in CliSlurm(cluster.runner()).list_nodes()}
 
 
+def cancel_until_gone(jobs: Sequence[int], timeout_s: float = 60) -> None:
+    """Cancel ``jobs`` until squeue lists none of them. One scancel is not enough: a job
+    cancelled while its prolog is still running comes back when that prolog fails, since
+    slurmctld then requeues it (seen on 22.05: ``REQUEST_KILL_JOB JobId=2``, then
+    ``Requeuing JobId=2`` a second later, and the job ran again on the next test's node).
+    So every job still listed is cancelled again, until none is left."""
+    if not jobs:
+        return
+    ids = ",".join(map(str, jobs))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = proc.run(["squeue", "-h", "-j", ids, "-o", "%i"], check=False).stdout.split()
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"jobs {left} still listed after scancel"
+        proc.run(["scancel", *left], check=False)
+        time.sleep(1)
+
+
 def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
                   reasons: Iterable[str] = (), timeout_s: float = 60) -> None:
     """Cancel ``jobs`` and wait until their prologs and epilogs are over (a prolog still
@@ -61,13 +80,7 @@ def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
     nodes drained by slurm-ml, by a failed prolog or for one of ``reasons``, reset the
     quarantine alarms and start every breaker's window afresh (``fresh_breaker_windows``),
     and wait until none of those drains is left."""
-    if jobs:
-        ids = ",".join(map(str, jobs))
-        proc.run(["scancel", *map(str, jobs)], check=False)
-        deadline = time.monotonic() + 30
-        while proc.run(["squeue", "-h", "-j", ids, "-o", "%i"],
-                       check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.5)
+    cancel_until_gone(jobs)
     for node, info in cluster.status()["health"].items():
         if info["fault"]:
             slurm_ml_cli(cluster, config, "devcluster", "fault", node, "--clear")

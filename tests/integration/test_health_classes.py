@@ -27,6 +27,7 @@ from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 from slurm_ml.store.postgres import PostgresStore
+from slurm_ml.store.records import AuditEntry
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-constructed"
@@ -78,6 +79,20 @@ def _wait_drained(cluster: DevCluster, node: str, timeout_s: float = 90) -> str:
         time.sleep(1)
 
 
+def _wait_drain_audit(admin_dsn: str, job: int, timeout_s: float = 30) -> list[AuditEntry]:
+    """The prolog's drain entries for ``job``. The prolog drains first and audits after
+    (the entry says whether the drain applied), so the node can show drained a moment
+    before its entry is written: on a loaded machine, longer than one poll."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with PostgresStore(admin_dsn) as store:
+            drains = [e for e in store.audit_entries() if e.action == "drain"
+                      and e.target == NODE and e.details.get("job_id") == job]
+        if drains or time.monotonic() >= deadline:
+            return drains
+        time.sleep(1)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fault_class_drains_through_the_real_prolog(case: str, cluster: DevCluster,
@@ -91,9 +106,7 @@ def test_fault_class_drains_through_the_real_prolog(case: str, cluster: DevClust
                  "--gres=gpu:a100_40g:8", "-t", "2", "--wrap", "sleep 3", jobs=restore)
 
     assert _wait_drained(cluster, NODE) == reason
-    with PostgresStore(admin_dsn) as store:
-        drains = [e for e in store.audit_entries() if e.action == "drain"
-                  and e.target == NODE and e.details.get("job_id") == job]
+    drains = _wait_drain_audit(admin_dsn, job)
     assert [(e.details["hook"], e.details["applied"]) for e in drains] == [("prolog", True)]
     found = [f for f in drains[0].details["findings"] if f["check_id"] != "probe.missing"]
     assert {f["check_id"] for f in found} == checks
