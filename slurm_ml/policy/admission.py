@@ -58,6 +58,9 @@ class AdmissionDecision:
     clear_time_min: bool = False  # clear Slurm's --time-min; admission never sets one
     site_factor: int | None = None
     record: dict[str, object] = field(default_factory=dict)
+    #: (account, GPUs) when this decision put the job in the fast lane: submitd counts it
+    #: against the lane's caps until the next cycle does (``with_lane_admission``)
+    lane: tuple[str, int] | None = None
 
     @property
     def rewrites_gpus(self) -> bool:
@@ -187,6 +190,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         clear_time_min=rt.clear_time_min,
         site_factor=rt.site_factor,
         record=_record(req, now, cap, types=types if widened else None, layout=layout, rt=rt),
+        lane=(rt.account, req.total_gpus() or 0) if rt.lane and rt.account else None,
     )
 
 

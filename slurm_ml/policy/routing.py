@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from slurm_ml.config import Config
 from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
-from slurm_ml.policy.admission_state import AdmissionState
+from slurm_ml.policy.admission_state import AdmissionState, lane_held
 from slurm_ml.policy.fairshare.lane import (
     fits,
     is_short_work,
@@ -140,13 +140,14 @@ def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None,
 def lane_route(req: JobRequest, cfg: Config, account: str, minutes: int,
                state: AdmissionState) -> tuple[int, str] | None:
     """(SiteFactor, note) for a short job the fast lane has room for, as the last
-    reconciler cycle left it (``AccountStanding.lane_gpus``); None otherwise. Without a
-    cycle on record the lane is left to the daemon's next cycle."""
+    reconciler cycle left it (``AccountStanding.lane_gpus``) less what admission has put
+    in the lane since (``lane_held``); None otherwise. Without a cycle on record the lane
+    is left to the daemon's next cycle."""
     lcfg, fcfg = cfg.policy.fast_lane, cfg.policy.fairshare
     gpus = req.total_gpus()
     if gpus is None or not is_short_work(minutes, req.time_limit_min, fcfg):
         return None
-    held = {a: s.lane_gpus for a, s in state.standing.items() if s.lane_gpus is not None}
+    held = lane_held(state)
     if account not in held:
         return None
     cap = lane_cap(cfg.total_gpus(), lcfg)

@@ -30,6 +30,7 @@ from typing import Any
 
 from slurm_ml.config import Config, ConfigError, load_config
 from slurm_ml.policy.admission import decide
+from slurm_ml.policy.admission_state import LaneAdmission
 from slurm_ml.policy.cluster_view import ClusterView, cluster_view
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (
@@ -100,10 +101,10 @@ class PolicyServer:
                 return {"v": VERSION, "action": "pong"}
             if env.op == "stats":
                 return {"v": VERSION, "action": "stats", "stats": self.stats()}
-            if env.op == "refresh":  # asynchronous: poll stats for state_generation
-                self.refresher.poke()
+            if env.op == "refresh":  # asynchronous: poll stats until refresh_served >= request
+                request = self.refresher.request_refresh()
                 return {"v": VERSION, "action": "refreshing",
-                        "generation": self.refresher.generation}
+                        "generation": self.refresher.generation, "request": request}
             policy, state = self.policy, self.refresher.current
             update = env.op == "modify"
             if update:
@@ -118,8 +119,11 @@ class PolicyServer:
                 job = normalize(env.job)
                 routing = True
             req = to_request(job)
-            decision = decide(req, policy.cfg, policy.view, state, self.clock(),
+            now = self.clock()
+            decision = decide(req, policy.cfg, policy.view, state, now,
                               routing=routing, update=update, asked_qos=asked_qos(env.job))
+            if decision.accept and decision.lane is not None:
+                self.refresher.note_lane(LaneAdmission(now, *decision.lane))
             wait_s = int(policy.cfg.policy.admission.leaf_switch_wait_min * 60)
             reply = reply_for(decision, job, req, leaf_wait_s=wait_s, update=update)
             self.counts[reply["action"]] += 1
@@ -148,6 +152,7 @@ class PolicyServer:
             "counts": dict(self.counts),
             "config": str(self.config_path) if self.config_path else None,
             "state_generation": self.refresher.generation,
+            "refresh_served": self.refresher.served,
             "state_loaded_at": state.loaded_at.isoformat() if state.loaded_at else None,
             "state_error": self.refresher.last_error,
             "accounts": len(state.standing),

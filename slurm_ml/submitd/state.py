@@ -19,8 +19,11 @@ from datetime import UTC, datetime
 from slurm_ml.config import Config
 from slurm_ml.policy.admission_state import (
     AdmissionState,
+    LaneAdmission,
     account_standing,
+    carry_lane_admissions,
     window_capacity_gpu_hours,
+    with_lane_admission,
 )
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
@@ -37,7 +40,8 @@ def build_state(cfg: Config, snapshots: Sequence[BudgetSnapshot],
     capacity = window_capacity_gpu_hours(cfg)
     standing = {
         s.account: account_standing(s.account, s.budget_share, s.usage_gpu_hours,
-                                    s.site_factor, capacity, lane_gpus=s.lane_gpus)
+                                    s.site_factor, capacity, lane_gpus=s.lane_gpus,
+                                    lane_at=s.taken_at)
         for s in snapshots
     }
     gb = {(p.user, p.job_name): p.p95_mem_mb / 1024 for p in profiles}
@@ -57,7 +61,13 @@ class StateRefresher:
         self._clock = clock
         self.current = AdmissionState()
         self.generation = 0
+        # refresh requests (``request_refresh``) and the latest one a finished refresh
+        # read the store after: a refresh already under way when a request came may have
+        # read the store before what the requester wrote
+        self.requested = 0
+        self.served = 0
         self.last_error: str | None = None
+        self._swap = threading.Lock()  # ``current`` is replaced by refreshes and lane notes
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._done = threading.Condition()
@@ -72,9 +82,12 @@ class StateRefresher:
         kept) when there is no store or it failed."""
         defaults = self._default_accounts()
         if defaults is not None and defaults != self.current.default_accounts:
-            self.current = replace(self.current, default_accounts=defaults)
+            with self._swap:
+                self.current = replace(self.current, default_accounts=defaults)
         if self._store is None:
             return False
+        with self._done:
+            wanted = self.requested
         try:
             snapshots = self._store.latest_budget_snapshots()
             profiles = self._store.gpu_mem_profiles(self._cfg.policy.admission.profile_runs)
@@ -84,17 +97,25 @@ class StateRefresher:
                           self.current.loaded_at, exc)
             self.last_error = str(exc)
             return False
-        self.current = replace(build_state(self._cfg, snapshots, profiles, self._clock()),
-                               default_accounts=self.current.default_accounts)
+        fresh = build_state(self._cfg, snapshots, profiles, self._clock())
+        with self._swap:
+            self.current = replace(carry_lane_admissions(self.current, fresh),
+                                   default_accounts=self.current.default_accounts)
         if self.last_error is not None:
             log.warning("state refresh works again")
         self.last_error = None
         with self._done:
             self.generation += 1
+            self.served = max(self.served, wanted)
             self._done.notify_all()
         log.info("state refreshed generation=%d accounts=%d profiles=%d", self.generation,
                  len(self.current.standing), len(self.current.profiles_gb))
         return True
+
+    def note_lane(self, entry: LaneAdmission) -> None:
+        """Admission just put a job in the fast lane: count it until a cycle does."""
+        with self._swap:
+            self.current = with_lane_admission(self.current, entry)
 
     def _default_accounts(self) -> Mapping[str, str] | None:
         if self._slurm is None:
@@ -113,6 +134,15 @@ class StateRefresher:
 
     def poke(self) -> None:
         self._poke.set()
+
+    def request_refresh(self) -> int:
+        """Ask for a refresh that reads the store after now; its number, which ``served``
+        reaches once such a refresh has finished (a writer then knows submitd saw it)."""
+        with self._done:
+            self.requested += 1
+            number = self.requested
+        self.poke()
+        return number
 
     def wait_generation(self, after: int, timeout_s: float) -> bool:
         with self._done:

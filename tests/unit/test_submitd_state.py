@@ -463,3 +463,94 @@ def test_reload_is_safe_while_requests_are_served(tmp_path: Path) -> None:
     assert errors == []
     assert seen <= {600, 300}
     assert server.handle_line(GPUS16)["set"]["wait4switch"] == 300
+
+
+def _lane_snapshot(account: str, lane_gpus: int, minutes: int) -> BudgetSnapshot:
+    return budget_snapshot(f"{account}-lane-{minutes}", account=account, minutes=minutes,
+                           parent="nlp", budget_share=0.25, usage_gpu_hours=1.0,
+                           owed_gpu_hours=2.0, site_factor=5, lane_gpus=lane_gpus)
+
+
+def _debug_job(name: str) -> str:
+    """A short 1-GPU job of carol (llm-eval): fast-lane work (10-min contract, 30 min)."""
+    return json.dumps({"v": 1, "op": "submit", "job": {
+        "user_name": "carol", "account": "llm-eval", "name": name,
+        "tres_per_node": "gres/gpu:1", "time_limit": 30, "time_min": 10}})
+
+
+def test_a_burst_between_cycles_fills_the_lane_once() -> None:
+    """The example cluster's lane holds floor(0.05 x 40) = 2 GPUs. The last cycle saw
+    none held, so without counting its own admissions submitd would put every job of a
+    burst in the lane; it puts two, then the next cycle's count replaces its own."""
+    store, refresher, clock = refresher_with(_lane_snapshot("llm-eval", 0, 0))
+    refresher.refresh_once()
+    server = PolicyServer(CFG, refresher, clock=lambda: clock.now)
+    laned = []
+    for k in range(4):
+        clock.now = T0 + timedelta(seconds=1 + k)
+        laned.append("fast lane" in server.handle_line(_debug_job(f"d{k}"))["message"])
+    assert laned == [True, True, False, False]
+    assert [(e.account, e.gpus) for e in refresher.current.lane_admitted] == [
+        ("llm-eval", 1), ("llm-eval", 1)]
+
+    # The next cycle (1 min later) counts the two lane jobs itself: the entries go.
+    store.record_budget_snapshot(_lane_snapshot("llm-eval", 2, 1))
+    refresher.refresh_once()
+    assert refresher.current.lane_admitted == ()
+    clock.now = T0 + timedelta(minutes=1, seconds=5)
+    assert "fast lane" not in server.handle_line(_debug_job("d4"))["message"]
+    # One ended by the cycle after: room for one again.
+    store.record_budget_snapshot(_lane_snapshot("llm-eval", 1, 2))
+    refresher.refresh_once()
+    clock.now = T0 + timedelta(minutes=2, seconds=5)
+    assert "fast lane" in server.handle_line(_debug_job("d5"))["message"]
+    assert "fast lane" not in server.handle_line(_debug_job("d6"))["message"]
+
+
+def test_a_lane_admission_after_the_cycle_read_slurm_survives_its_snapshot() -> None:
+    """A refresh keeps the admissions its snapshots cannot have counted (made after the
+    cycle's time), and drops those made before it."""
+    from slurm_ml.policy.admission_state import (
+        LaneAdmission,
+        carry_lane_admissions,
+        lane_held,
+        with_lane_admission,
+    )
+
+    old = build_state(CFG, [_lane_snapshot("llm-eval", 0, 0)], [], T0)
+    for minutes in (0.5, 1.5):
+        old = with_lane_admission(old, LaneAdmission(T0 + timedelta(minutes=minutes),
+                                                     "llm-eval", 1))
+    assert lane_held(old) == {"llm-eval": 2}
+    new = carry_lane_admissions(old, build_state(CFG, [_lane_snapshot("llm-eval", 1, 1)],
+                                                 [], T0 + timedelta(minutes=1)))
+    assert [e.at for e in new.lane_admitted] == [T0 + timedelta(minutes=1.5)]
+    assert lane_held(new) == {"llm-eval": 2}  # 1 counted by the cycle, 1 since
+    # an account no cycle has recorded a lane for gets no lane from admission, and an
+    # entry for it does not count anywhere
+    stray = with_lane_admission(new, LaneAdmission(T0 + timedelta(minutes=2), "nobody", 4))
+    assert lane_held(stray) == {"llm-eval": 2}
+
+
+def test_a_refresh_already_reading_does_not_serve_a_request_made_meanwhile() -> None:
+    """CI: a config reload's refresh was reading the store when a test wrote a snapshot
+    and asked for a refresh; the generation went up with the old state and the test's
+    job was routed by it. A request is served only by a refresh that began after it."""
+    store, refresher, _clock = refresher_with(snapshot("llm-eval", 0.25, 1.0))
+    requests: list[int] = []
+    real = store.latest_budget_snapshots
+
+    def reading() -> list[BudgetSnapshot]:  # the request arrives while this refresh reads
+        if not requests:
+            requests.append(refresher.request_refresh())
+        return real()
+
+    store.latest_budget_snapshots = reading  # type: ignore[method-assign]
+    assert refresher.refresh_once()
+    assert refresher.generation == 1 and refresher.served < requests[0]
+    assert refresher.refresh_once()
+    assert refresher.served >= requests[0]
+    server = PolicyServer(CFG, refresher)
+    reply = server.handle_line('{"op": "refresh"}')
+    assert reply["request"] == requests[0] + 1
+    assert server.handle_line('{"op": "stats"}')["stats"]["refresh_served"] == requests[0]
