@@ -49,6 +49,19 @@ def sbatch(user: str, *args: str, jobs: list[int]) -> int:
     return jobs[-1]
 
 
+def sbatch_timed(user: str, account: str, *args: str, jobs: list[int]) -> tuple[int, float]:
+    """``sbatch ARGS`` as ``user`` charged to ``account`` (output discarded; the id is
+    appended to ``jobs``): (job id, wall time of the submission), for a wait bound."""
+    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
+    at = time.time()
+    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
+                    "--output=/dev/null", f"--account={account}", *args],
+                   check=False, timeout_s=30)
+    assert res.returncode == 0, res.stderr
+    jobs.append(int(res.stdout.strip().split(";")[0]))
+    return jobs[-1], at
+
+
 def sbatch_charged(user: str, account: str, *args: str) -> int:
     """``sbatch ARGS`` as ``user`` charged to ``account`` with a 15-minute limit (output
     discarded): the reconciler tests' jobs. The caller cancels them."""
@@ -87,10 +100,34 @@ def daemon_once(cfg: Path, dsn: str) -> dict[str, Any]:
 
 
 def refresh_submitd(sock: Path) -> None:
-    """Make submitd read the store now and wait until it has."""
-    before = ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"]
-    ask(sock, {"v": 1, "op": "refresh"})
+    """Make submitd read the store now and wait until it has: until a refresh that began
+    after the request has finished (one already under way when it came may have read
+    the store before the caller's writes; waiting for the next generation only was
+    seen to return with the old state in CI)."""
+    request = ask(sock, {"v": 1, "op": "refresh"})["request"]
     deadline = time.monotonic() + 15
-    while ask(sock, {"v": 1, "op": "stats"})["stats"]["state_generation"] <= before:
+    while ask(sock, {"v": 1, "op": "stats"})["stats"]["refresh_served"] < request:
         assert time.monotonic() < deadline, "submitd did not refresh its state"
         time.sleep(0.2)
+
+
+def daemon_view(cfg_path: Path) -> Any:
+    """What the daemon would see and decide now under ``cfg_path`` (nothing applied), for
+    the requeue tests' explanations of a miss: a namespace of ``cfg``, ``now``, ``obs``,
+    ``plan``, ``running`` (the policy's running jobs) and ``positions``."""
+    from types import SimpleNamespace
+
+    from slurm_ml.config import load_config
+    from slurm_ml.daemon import views
+    from slurm_ml.daemon.observe import observe
+    from slurm_ml.daemon.plan import plan_cycle
+    from slurm_ml.policy import contracts
+    from slurm_ml.slurm.client import CliSlurm
+
+    cfg = load_config(cfg_path)
+    now = int(time.time())
+    obs = observe(cfg, CliSlurm(), None, now)
+    plan = plan_cycle(cfg, obs)
+    running = views.running_jobs(cfg, obs.jobs)
+    return SimpleNamespace(cfg=cfg, now=now, obs=obs, plan=plan, running=running,
+                           positions=contracts.allocation_positions(plan.fair, running))

@@ -18,11 +18,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from slurm_jobs import refresh_submitd, show, wait_state
+from slurm_jobs import sbatch_timed as sbatch
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -42,18 +42,6 @@ SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 DEBUG_START_S = 60
 
 
-def sbatch(user: str, account: str, *args: str, jobs: list[int]) -> tuple[int, float]:
-    """Submit as ``user``; (job id, wall time of the submission)."""
-    workdir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")
-    at = time.time()
-    res = proc.run(["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={workdir}",
-                    "--output=/dev/null", f"--account={account}", *args],
-                   check=False, timeout_s=30)
-    assert res.returncode == 0, res.stderr
-    jobs.append(int(res.stdout.strip().split(";")[0]))
-    return jobs[-1], at
-
-
 def record_lane(dsn: str) -> None:
     """The budget snapshots of the daemon's plan for now, lane room included."""
     cfg = load_config(DEFAULT_CONFIG)
@@ -66,21 +54,6 @@ def record_lane(dsn: str) -> None:
 
 def refresh(cluster: DevCluster) -> None:
     refresh_submitd(cluster.layout.submitd_socket)
-
-
-@pytest.fixture
-def jobs(slurm_conf: str) -> Iterator[list[int]]:
-    ids: list[int] = []
-    yield ids
-    if ids:
-        proc.run(["scancel", *map(str, ids)], check=False)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            out = proc.run(["squeue", "-h", "-o", "%i", "-j", ",".join(map(str, ids))],
-                           check=False).stdout
-            if not out.strip():
-                break
-            time.sleep(1)
 
 
 @pytest.fixture

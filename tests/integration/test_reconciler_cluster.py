@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import yaml
 from psycopg.conninfo import make_conninfo
-from slurm_jobs import daemon_config, show, wait_state
+from slurm_jobs import daemon_config, daemon_view, show, wait_state
 from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
@@ -85,19 +85,12 @@ def audit_rows(dsn: str, key_prefix: str | None = None) -> list[tuple[str, str, 
 def explain(cfg_path: Path) -> str:
     """Why the contracts planned nothing: positions, free GPUs, and per waiting job the
     blocker of every running job (printed when a requeue test fails)."""
-    from slurm_ml.config import load_config
     from slurm_ml.daemon import views
-    from slurm_ml.daemon.observe import observe
-    from slurm_ml.daemon.plan import ledger, plan_cycle
+    from slurm_ml.daemon.plan import ledger
     from slurm_ml.policy import contracts, placement
-    from slurm_ml.slurm.client import CliSlurm
 
-    cfg = load_config(cfg_path)
-    now = int(time.time())
-    obs = observe(cfg, CliSlurm(), None, now)
-    plan = plan_cycle(cfg, obs)
-    running = views.running_jobs(cfg, obs.jobs)
-    pos = contracts.allocation_positions(plan.fair, running)
+    v = daemon_view(cfg_path)
+    cfg, now, obs, running, pos = v.cfg, v.now, v.obs, v.running, v.positions
     free = placement.node_slots(placement.cluster_nodes(cfg, obs.nodes), running)
     out = [f"free={ {n: s.free for n, s in free.items()} }", f"positions={pos}"]
     for w in views.waiting_jobs(cfg, obs.jobs):
