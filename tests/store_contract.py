@@ -263,6 +263,16 @@ class StoreContract:
         assert keys(store.budget_snapshots("nlp")) == ["b2"]
         assert store.budget_snapshots("nlp", at(3)) == []
 
+    def test_requeues_for_a_job_are_those_naming_it_oldest_first(self, store: Store) -> None:
+        store.record_decision(decision("r2", job_id=3, minutes=5, kind="lane_requeue",
+                                       details={"gpus": 4, "for_job": 70}))
+        store.record_decision(decision("r1", job_id=2, minutes=1, details={"for_job": 70}))
+        store.record_decision(decision("r0", job_id=4, minutes=0, details={"for_job": 700}))
+        store.record_decision(decision("own", job_id=70, minutes=0))
+        assert keys(store.requeues_for(70)) == ["r1", "r2"]
+        assert keys(store.decisions_for_job(70)) == ["own"]
+        assert store.requeues_for(7) == []
+
     # --- outages: a spool filled while the database was away drains into this store ---
 
     def test_outage_then_drain_lands_each_record_exactly_once(

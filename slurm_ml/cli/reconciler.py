@@ -246,6 +246,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
+    made_room: list[Any] = []
     zombie = None
     repairs: list[Any] = []
     target = _dsn(cfg, dsn)
@@ -253,6 +254,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
         store = _store(cfg, target)
         try:
             decisions = store.decisions_for_job(job_id)
+            made_room = store.requeues_for(job_id)
             # the samples a cycle reads (observe: twice the heartbeat back)
             since = now - int(cfg.policy.reclaim.zombie_heartbeat_s * 2)
             samples = store.util_samples_since(datetime.fromtimestamp(since, UTC),
@@ -270,7 +272,8 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
     data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie,
-                           repairs=repairs, lane=fast_lane(cfg, obs.jobs))
+                           repairs=repairs, lane=fast_lane(cfg, obs.jobs),
+                           made_room=made_room)
     emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
         sys.exit(EXIT_BAD_INPUT)

@@ -106,12 +106,19 @@ class FastLaneConfig:
     preempt/qos then frees GPUs of free-QOS work for it at once), as long as the lane's
     GPUs stay within a cap of their own: cluster-wide and per account, running and
     queued lane jobs together. Beyond the cap short work waits in its team's band, with
-    ``short_job_boost``. Its GPU-hours are charged to the account like any other."""
+    ``short_job_boost``. Its GPU-hours are charged to the account like any other. With
+    ``preempt_cap_fraction`` above 0 the daemon also requeues allocated work past its
+    protection for lane jobs that wait (``policy.lane_requeue``), within that cap."""
 
     # Fraction of the cluster's GPUs the lane may hold at once (floor; 0 = no lane).
     gpus_fraction: float = knob(0.05, share)
     team_gpus: int = knob(8, ge(0))  # lane GPUs one account may hold at once
     max_job_gpus: int = knob(8, ge(1))  # a larger job is never in the lane
+    # GPUs of allocated work the daemon may requeue per contracts.preempt_cap_window_s
+    # for lane jobs that wait (fraction of the cluster, floor; 0 = never): work past its
+    # protected runtime, of over-served allocations, the fewest GPU-hours lost first.
+    preempt_cap_fraction: float = knob(0.0, share)
+    preempt_after_s: float = knob(30.0, ge(0))  # a lane job waits this long before that
 
 
 @dataclass(frozen=True, slots=True)

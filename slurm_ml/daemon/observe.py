@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
                     JobState.SUSPENDED})
 #: Decision kinds the daemon reads back: its own requeues and zombie warnings.
-HISTORY_KINDS = ("requeue", "zombie_warn", "zombie_requeue", "zombie_cancel", "repair_requeue")
+HISTORY_KINDS = ("requeue", "lane_requeue", "zombie_warn", "zombie_requeue", "zombie_cancel",
+                 "repair_requeue")
 
 
 @dataclass(frozen=True, slots=True)

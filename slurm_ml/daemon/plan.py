@@ -26,6 +26,7 @@ from slurm_ml.policy.contracts import (
 )
 from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
 from slurm_ml.policy.fairshare.lane import Lane, LaneJob, lane_members, lane_site_factors
+from slurm_ml.policy.lane_requeue import plan_lane_requeues
 from slurm_ml.policy.placement import cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
     ZombieStatus,
@@ -38,8 +39,9 @@ from slurm_ml.policy.refunds import Refund
 from slurm_ml.policy.repairs import RepairPlan, current_findings, plan_repairs
 from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, UtilSample, derive_key
 
-#: Decision kinds that requeued a job (cooldown and the cluster cap count them all).
-REQUEUE_KINDS = ("requeue", "zombie_requeue", "repair_requeue")
+#: Decision kinds that requeued a job: the cooldown counts them all, the cluster cap all
+#: but the fast lane's (``lane_requeue``: a cap of its own, ``ledger``).
+REQUEUE_KINDS = ("requeue", "lane_requeue", "zombie_requeue", "repair_requeue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +83,19 @@ def _epoch(at: datetime) -> int:
 
 
 def ledger(history: Sequence[ReconcilerDecision]) -> PreemptionLedger:
+    """slurm-ml's past requeues: every kind counts for the per-job cooldown; the fast
+    lane's go to its own cap (``lane_recent``), the others to the cluster's."""
     last: dict[int, int] = {}
     recent: list[tuple[int, int]] = []
+    lane: list[tuple[int, int]] = []
     for d in history:
         if d.kind in REQUEUE_KINDS and d.job_id is not None:
             at = _epoch(d.decided_at)
             last[d.job_id] = max(last.get(d.job_id, 0), at)
             gpus = d.details.get("gpus")
-            recent.append((at, gpus if isinstance(gpus, int) else 0))
-    return PreemptionLedger(last_requeue=last, recent=recent)
+            (lane if d.kind == "lane_requeue" else recent).append(
+                (at, gpus if isinstance(gpus, int) else 0))
+    return PreemptionLedger(last_requeue=last, recent=recent, lane_recent=lane)
 
 
 def warned_at(history: Sequence[ReconcilerDecision]) -> dict[int, int]:
@@ -228,15 +234,28 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     book = ledger(history)
     # this cycle's zombie requeues use up the cluster cap too
     book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
-        *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")])
+        *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")],
+        lane_recent=book.lane_recent)
+    waiting = views.waiting_jobs(cfg, jobs)
+    positions = allocation_positions(fair, running)
     requeues = plan_requeues(
-        now, candidates, views.waiting_jobs(cfg, jobs), allocation_positions(fair, running), book,
+        now, candidates, waiting, positions, book,
         node_slots(cluster_nodes(cfg, obs.nodes), running), cfg.total_gpus(),
         cfg.policy.contracts)
-    for rq in requeues:
+    # the lane's own, on the room the contracts' requeues leave (docs/operator.md)
+    gone = {rq.victim for rq in requeues}
+    lane_requeues = plan_lane_requeues(
+        now, [r for r in candidates if r.job_id not in gone],
+        [w for w in waiting if w.job_id in lane.members], positions, book,
+        node_slots(cluster_nodes(cfg, obs.nodes), [r for r in running if r.job_id not in gone]),
+        cfg.total_gpus(), cfg.policy.fast_lane, cfg.policy.contracts,
+        short={j.job_id for j in lane_running})
+    for decision, rq in [*(("requeue", r) for r in requeues),
+                         *(("lane_requeue", r) for r in lane_requeues)]:
         actions.append(Action(
-            kind="requeue", decision="requeue", job_id=rq.victim, gpus=rq.gpus,
-            reason=rq.reason, key=derive_key("daemon.requeue", rq.victim, starts.get(rq.victim)),
+            kind="requeue", decision=decision, job_id=rq.victim, gpus=rq.gpus,
+            reason=rq.reason,
+            key=derive_key(f"daemon.{decision}", rq.victim, starts.get(rq.victim)),
             details={**rq.details, "gpus": rq.gpus, "for_job": rq.for_job,
                      "victim_account": rq.victim_account, "for_account": rq.for_account}))
 
@@ -264,7 +283,8 @@ def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) ->
     """Repairs at the contract (``policy.repairs``) within what the preemption cap leaves
     after ``planned``; jobs ``planned`` already requeues or cancels are left out."""
     book = ledger(obs.history)
-    used = [*book.recent, *((obs.now, a.gpus) for a in planned if a.kind == "requeue")]
+    used = [*book.recent, *((obs.now, a.gpus) for a in planned
+                            if a.kind == "requeue" and a.decision != "lane_requeue")]
     left = preemption_budget_left(obs.now, PreemptionLedger(book.last_requeue, used),
                                   cfg.total_gpus(), cfg.policy.contracts)
     skip = {a.job_id for a in planned if a.kind in ("requeue", "cancel") and a.job_id}

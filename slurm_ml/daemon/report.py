@@ -240,7 +240,10 @@ def lane_json(job: Job | None, lane: Lane | None) -> dict[str, Any] | None:
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
              fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
              zombie: ZombieStatus | None = None,
-             repairs: Sequence[NodeRepair] = (), lane: Lane | None = None) -> dict[str, Any]:
+             repairs: Sequence[NodeRepair] = (), lane: Lane | None = None,
+             made_room: Sequence[ReconcilerDecision] = ()) -> dict[str, Any]:
+    """What ``slurm-ml why`` shows; ``made_room``: the requeues of other jobs made so
+    that this one could start (``Store.requeues_for``)."""
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
     out["lane"] = lane_json(job, lane)
     if job is not None:
@@ -264,6 +267,8 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
     out["admission"] = admission_record(job)
     out["history"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "reason": d.reason,
                        "dry_run": d.dry_run, "details": d.details} for d in decisions]
+    out["made_room"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "victim": d.job_id,
+                         "reason": d.reason, "dry_run": d.dry_run} for d in made_room]
     out["zombie"] = zombie_json(zombie)
     out["repair"] = [{"node": r.node, "cause": r.cause, "why": r.why, "drained": r.drained,
                       "waits": [{"kind": w.kind, "until": w.until, "text": w.text}
@@ -323,6 +328,10 @@ def why_text(data: Mapping[str, Any]) -> str:
     for r in data.get("repair") or []:  # repairs at the contract
         for w in r["waits"]:
             lines.append(f"Repair at the contract: {r['node']} {r['why']}: {w['text']}")
+    for m in data.get("made_room") or []:
+        tag = " (dry run: not done)" if m["dry_run"] else ""
+        lines.append(f"Room made for it: {m['at']} {m['kind']} of job {m['victim']}{tag}: "
+                     f"{m['reason']}")
     hist = data.get("history") or []
     if not hist:
         lines.append("No requeue, cancel or warning by slurm-ml.")

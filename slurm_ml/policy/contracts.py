@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from slurm_ml.config import ContractsConfig
@@ -82,6 +82,8 @@ class PreemptionLedger:
 
     last_requeue: Mapping[int, int]  # job id -> epoch of slurm-ml's last requeue of it
     recent: Sequence[tuple[int, int]]  # (epoch, gpus) of slurm-ml requeues
+    #: (epoch, gpus) of the fast lane's requeues: their own cap (``policy.lane_requeue``)
+    lane_recent: Sequence[tuple[int, int]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +321,28 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
                    for_account=job.account, gpus=victim.gpus, reason=reason, details=details)
 
 
+def probe_job(submit: int) -> WaitingJob:
+    """The most deserving waiting job there can be, waiting since ``submit``: of an
+    allocation with nothing delivered or running (``_PROBE``), alloc, one GPU of any type,
+    waiting for resources."""
+    return WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
+                      gpu_types=frozenset(), billing_gpus=0.0, submit=submit,
+                      reason="Resources", order=-1)
+
+
+def requeueable(now: int, running: Iterable[RunningJob],
+                positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
+                cfg: ContractsConfig) -> list[RunningJob]:
+    """The running jobs requeueable for someone: one blocked (``victim_blocker``) for
+    the most deserving preemptor there can be (``probe_job``: ratio 0, nothing running,
+    needing one GPU of any type) is blocked for every real one, because the gap and the
+    loop-free rule only get harder and the other reasons do not depend on the preemptor."""
+    probe = probe_job(now)
+    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
+    return [r for r in running if victim_blocker(now, r, probe, positions=with_probe,
+                                                 ledger=ledger, cfg=cfg) is None]
+
+
 def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per input)
         now: int, running: Sequence[RunningJob], waiting: Sequence[WaitingJob],
         positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
@@ -334,14 +358,7 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     budget_left = preemption_budget_left(now, ledger, total_gpus, cfg)
     if budget_left <= 0:
         return []
-    # Only jobs requeueable for someone: blocked for the most deserving preemptor there
-    # can be (ratio 0, nothing running, needing nothing, any type) is blocked for all.
-    probe = WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
-                       gpu_types=frozenset(), billing_gpus=0.0, submit=now,
-                       reason="Resources", order=-1)
-    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
-    pool = [r for r in running if victim_blocker(now, r, probe, positions=with_probe,
-                                                 ledger=ledger, cfg=cfg) is None]
+    pool = requeueable(now, running, positions, ledger, cfg)
     # equally costly victims: the most over-served allocation's first
     planner = Planner(now, nodes, pool,
                       prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))

@@ -196,6 +196,19 @@ class Planner:
             return any(self._max_free_of(t) >= gpus for t in self._types(types))
         return self._gang_fits(gpus, types)
 
+    def free_place(self, gpus: int, types: frozenset[str]) -> Placement | None:
+        """A single-node job's place without any requeue: the usable node of an accepted
+        type with the fewest free GPUs that still fit it (best fit, as Slurm's select
+        packs), ties by name; None for a gang or when none fits."""
+        if not self.one_node(gpus, types):
+            return None
+        fit = [(self.free[n], n) for t in self._types(types) for n in self.by_type[t]
+               if self.spec[n].usable and self.free[n] >= gpus]
+        if not fit:
+            return None
+        n = min(fit)[1]
+        return Placement(self.spec[n].gpu_type, (n,), (), 0.0)
+
     def _gang_fits(self, gpus: int, types: frozenset[str]) -> bool:
         key = (gpus, types)
         got = self._gang_memo.get(key)

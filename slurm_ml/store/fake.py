@@ -158,6 +158,14 @@ class FakeStore(OneWritePath):
             newest_first=False,
         )
 
+    def requeues_for(self, job_id: int) -> list[ReconcilerDecision]:
+        # the database compares details->>'for_job' as text, so an id stored as a
+        # string matches too
+        return self._select(
+            ReconcilerDecision, lambda d: str(d.details.get("for_job")) == str(job_id),
+            lambda d: d.decided_at, newest_first=False,
+        )
+
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         bound = check_since(since)
         return self._select(

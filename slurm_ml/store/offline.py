@@ -53,6 +53,9 @@ class OfflineStore(OneWritePath):
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         self._down()
 
+    def requeues_for(self, job_id: int) -> list[ReconcilerDecision]:
+        self._down()
+
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         self._down()
 

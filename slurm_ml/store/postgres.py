@@ -152,6 +152,13 @@ WHERE job_id = %(job_id)s
 ORDER BY decided_at, id
 """
 
+_SELECT_REQUEUES_FOR: LiteralString = """
+SELECT idempotency_key, cycle, job_id, kind, reason, decided_at, dry_run, details
+FROM decisions
+WHERE details ? 'for_job' AND details->>'for_job' = %(for_job)s
+ORDER BY decided_at, id
+"""
+
 _SELECT_AUDIT: LiteralString = """
 SELECT idempotency_key, actor, action, target, at, details
 FROM audit_log
@@ -508,6 +515,10 @@ class PostgresStore:
 
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._select(ReconcilerDecision, _SELECT_DECISIONS_FOR_JOB, {"job_id": job_id})
+
+    def requeues_for(self, job_id: int) -> list[ReconcilerDecision]:
+        return self._select(ReconcilerDecision, _SELECT_REQUEUES_FOR,
+                            {"for_job": str(job_id)})
 
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         bound = check_since(since)

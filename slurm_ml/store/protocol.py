@@ -71,6 +71,11 @@ class Store(Protocol):
         """Oldest first (decided_at, then insertion order)."""
         ...
 
+    def requeues_for(self, job_id: int) -> list[ReconcilerDecision]:
+        """The decisions made so that ``job_id`` could start (``details.for_job``: the
+        contracts' and the fast lane's requeues of other jobs), oldest first."""
+        ...
+
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         """Oldest first (at, then insertion order)."""
         ...

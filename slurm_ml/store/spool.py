@@ -459,6 +459,9 @@ class SpoolingStore(OneWritePath):
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._inner.decisions_for_job(job_id)
 
+    def requeues_for(self, job_id: int) -> list[ReconcilerDecision]:
+        return self._inner.requeues_for(job_id)
+
     def audit_entries(self, since: datetime | None = None) -> list[AuditEntry]:
         return self._inner.audit_entries(since)
 

@@ -260,3 +260,47 @@ def test_why_knows_a_running_lane_job_by_its_admission_record() -> None:
     data = report.why_json(30, got, None, None, [], lane=fast_lane(cfg, list(obs.jobs)))
     assert data["lane"]["member"] and data["lane"]["admitted_in_lane"]
     assert "started 5 s after its submission" in report.why_text(data)
+
+
+def test_the_daemon_requeues_work_past_its_protection_for_a_waiting_debug_job() -> None:
+    """Every v100 is busy with nlp's work (job 1 resumable, 5 h in, protected 1 min) and
+    the contracts may requeue nothing (cap 0): with the lane's own cap (0.1 x 40 = 4
+    GPUs) the daemon requeues job 1 for carol's debug job, once; `why` on the debug job
+    says what was done for it, and a second cycle does not requeue again."""
+    from daemon_helpers import daemon
+
+    from slurm_ml.daemon import report
+    from slurm_ml.daemon.plan import ledger
+
+    cfg = config(contracts={"preempt_cap_fraction": 0.01},
+                 fast_lane={"gpus_fraction": 0.5, "preempt_cap_fraction": 0.1,
+                            "preempt_after_s": 30})
+    slurm = world()
+    slurm.add_job(debug_job(30, "carol", "llm-eval", submit=NOW - 120))
+    store = FakeStore()
+    plan = plan_cycle(cfg, observe(cfg, slurm, store, NOW))
+    assert [(a.decision, a.job_id, a.details["for_job"]) for a in plan.actions
+            if a.kind == "requeue"] == [("lane_requeue", 1, 30)]
+
+    result = daemon(slurm, store, cfg=cfg).cycle()
+    assert result.report is not None
+    assert [(a.decision, a.job_id) for a in result.report.applied] == [("lane_requeue", 1)]
+    assert slurm.jobs[1].state == JobState.PENDING
+    (made,) = store.requeues_for(30)
+    assert made.kind == "lane_requeue" and made.job_id == 1 and not made.dry_run
+    assert "fast-lane job 30" in made.reason and "over-served" in made.reason
+    assert list(ledger(store.decisions_for_job(1)).lane_recent) == [(NOW, 4)]
+    data = report.why_json(30, None, None, None, [], made_room=store.requeues_for(30))
+    assert "Room made for it" in report.why_text(data) and data["made_room"][0]["victim"] == 1
+
+    again = daemon(slurm, store, cfg=cfg).cycle()  # the lane's budget is spent, job 1 cools
+    assert again.report is not None
+    assert not [a for a in again.report.applied if a.kind == "requeue"]
+
+
+def test_without_its_own_cap_the_lane_never_requeues_allocated_work() -> None:
+    cfg = config(contracts={"preempt_cap_fraction": 0.01}, fast_lane={"gpus_fraction": 0.5})
+    slurm = world()
+    slurm.add_job(debug_job(30, "carol", "llm-eval", submit=NOW - 120))
+    plan = plan_cycle(cfg, observe(cfg, slurm, FakeStore(), NOW))
+    assert not [a for a in plan.actions if a.kind == "requeue"]
