@@ -31,6 +31,10 @@ Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
 - *Requeues* and lost GPU-hours are summed over jobs in scope; *preemptions* is the run's
   total, the contracts' requeues plus Slurm's own QOS preemptions of free work (the
   result does not say when they happened).
+- *Large-job p90 wait* (``large_job_p90_wait``, issue 18): the p90 wait of jobs of at
+  least 16 GPUs submitted in the window given (the judged one), censored waits included.
+- *Preemption loss fraction* (``preemption_loss_fraction``): GPU-seconds lost to
+  requeues (not node faults) over all GPU-seconds the jobs' runs held, over the run.
 - *Targets* judge a team by ``ratio_mean`` (else ``ratio``): the minimum over teams with
   enough demand >= 95%, the median over every team owed something >= 98%, the debug p90
   wait <= 60 s, occupancy >= 95% (after the warm-up, when there are samples then: the
@@ -406,6 +410,48 @@ def _wait_stats(jobs: Sequence[JobOutcome], run_end: float) -> WaitStats:
         p50_s=percentile(waits, 50), p90_s=percentile(waits, 90),
         p99_s=percentile(waits, 99), mean_s=sum(waits) / len(waits) if waits else None,
         max_s=max(waits) if waits else None)
+
+
+#: Issue 18's large job, for its large-job wait target: at least this many GPUs.
+LARGE_JOB_GPUS = 16
+
+
+def large_job_p90_wait(result: SimResult, window: tuple[float, float], *,
+                       min_gpus: int = LARGE_JOB_GPUS) -> float | None:
+    """p90 queue wait (s) of the jobs of at least ``min_gpus`` GPUs submitted in
+    ``window`` (bounds included; issue 18 judges it over the judged window).
+
+    By GPU count, not job class: ``LARGE`` is a gang of more than one node, so it
+    depends on the node size. A job that never started counts as waiting until the
+    run's end (``result.end_s - submit_s``, a lower bound), as in every wait statistic
+    here. None when no such job was submitted in ``window``.
+    """
+    a, b = window
+    waits = [_wait_or_censored(j, result.end_s) for j in result.jobs
+             if j.gpus >= min_gpus and a <= j.submit_s <= b]
+    return percentile(waits, 90)
+
+
+def delivered_gpu_s(result: SimResult) -> float:
+    """GPU-seconds every job's runs held over the whole run (each run's GPUs x its
+    length, work later lost to a requeue included; a run still going ends at the run's
+    end)."""
+    return sum(held * (end - start) for j in result.jobs for start, end, held in j.runs)
+
+
+def preemption_loss_fraction(result: SimResult) -> float | None:
+    """GPU-seconds lost to preemption over GPU-seconds delivered, over the whole run.
+
+    Lost is the sum of every job's ``lost_gpu_s``: work since the last checkpoint thrown
+    away by a requeue, the contracts' and Slurm's QOS preemption of free work alike.
+    Node faults are not preemptions and are not in it (``SimResult.fault_lost_gpu_s``
+    counts them apart). Delivered is :func:`delivered_gpu_s`, so the lost work is part
+    of it. None when nothing ran.
+    """
+    delivered = delivered_gpu_s(result)
+    if delivered <= 0:
+        return None
+    return sum(j.lost_gpu_s for j in result.jobs) / delivered
 
 
 def _team_summary(team: str, result: SimResult, *, jobs: Sequence[JobOutcome],

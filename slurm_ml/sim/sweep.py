@@ -271,19 +271,19 @@ def run_point(sweep: Sweep, index: int) -> dict[str, Any]:
         _write_atomic(p.error_path(sweep.out),
                       f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         raise
-    _write_atomic(p.path(sweep.out), json.dumps(_finite(out), indent=1, sort_keys=True))
+    _write_atomic(p.path(sweep.out), json.dumps(json_safe(out), indent=1, sort_keys=True))
     p.error_path(sweep.out).unlink(missing_ok=True)
     return out
 
 
-def _finite(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     """JSON without NaN or infinity (None instead)."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
@@ -548,7 +548,7 @@ def write_chart(data: Mapping[str, Any], path: Path) -> Path:
 def write_outputs(sweep: Sweep) -> dict[str, Any]:
     """Gather, then write sweep.json, sweep.md and sweep.png in the sweep's directory."""
     data = gather(sweep)
-    _write_atomic(sweep.out / "sweep.json", json.dumps(_finite(data), indent=1))
+    _write_atomic(sweep.out / "sweep.json", json.dumps(json_safe(data), indent=1))
     _write_atomic(sweep.out / "sweep.md", render_table(data))
     write_chart(data, sweep.out / "sweep.png")
     return data
