@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from slurm_ml.config import ContractsConfig
 from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS
-from slurm_ml.policy import contracts, fairshare
+from slurm_ml.policy import contracts, fairshare, lane_requeue
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import (
     AllocationPosition,
@@ -36,7 +36,7 @@ from slurm_ml.policy.contracts import (
 from slurm_ml.policy.fairshare import FairShare, lane
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.sim import state as es
-from slurm_ml.sim.room import placement_nodes_now
+from slurm_ml.sim.room import placement_nodes, placement_nodes_now
 from slurm_ml.sim.state import Key, SimState, Task
 
 FIFO, SLURM_FAIRSHARE, BUDGET, BUDGET_NOCONTRACT = (
@@ -79,7 +79,8 @@ class Policy:
     def key(self, st: SimState, task: Task) -> Key:
         raise NotImplementedError
 
-    def cycle(self, st: SimState) -> CycleOutcome:
+    def cycle(self, st: SimState, *, decide: bool = True) -> CycleOutcome:
+        """``decide``: fill ``CycleOutcome.decision`` (where a policy has one)."""
         for task in st.pending:
             task.key = self.key(st, task)
         return CycleOutcome()
@@ -91,7 +92,7 @@ class Fifo(Policy):
     def key(self, st: SimState, task: Task) -> Key:
         return (task.spec.submit_s, task.spec.job_id)
 
-    def cycle(self, st: SimState) -> CycleOutcome:
+    def cycle(self, st: SimState, *, decide: bool = True) -> CycleOutcome:
         return CycleOutcome(reordered=False)  # submit times do not change
 
 
@@ -113,7 +114,7 @@ class SlurmFairshare(Policy):
                               + s.weight_age * age)
         return (-priority, task.spec.submit_s, task.spec.job_id)
 
-    def cycle(self, st: SimState) -> CycleOutcome:
+    def cycle(self, st: SimState, *, decide: bool = True) -> CycleOutcome:
         self._decay(st)
         tree = st.tree
         usage = [0.0] * len(tree.kinds)
@@ -169,6 +170,9 @@ class Budget(Policy):
         self.lane_cap = lane.lane_cap(st.cluster.total, cfg.policy.fast_lane)
         self.lane_held: dict[str, int] | None = None  # the last cycle's (None: no cycle yet)
         self._lane_jobs: dict[int, lane.LaneJob | None] = {}
+        self._lane_pending: dict[int, Task] = {}  # queued lane work, as of the last cycle
+        self._class_factor: dict[tuple[str, str, int, bool], int] = {}  # the last cycle's
+        self._laned: set[int] = set()  # the last cycle's lane members
 
     def lane_job(self, st: SimState, task: Task) -> lane.LaneJob | None:
         """The task as fast-lane work (a short alloc job within max_job_gpus), or None;
@@ -189,13 +193,15 @@ class Budget(Policy):
     def key(self, st: SimState, task: Task) -> Key:
         """Between cycles a new job has the SiteFactor admission gave it: its account's
         standing from the last cycle (submitd's ``AccountStanding.site_factor``), else 0;
-        short work the lane's room at the last cycle (``AccountStanding.lane_gpus``) the
+        short work the lane's room at the last cycle (``AccountStanding.lane_gpus``), less
+        what admission has put in the lane since (``admission_state.lane_held``), the
         lane's (``routing.lane_route``)."""
         held = self.lane_held
         job = self.lane_job(st, task) if held is not None else None
         if job is not None and held is not None and lane.fits(
                 job.account, job.gpus, held, sum(held.values()), self.lane_cap,
                 cfg=st.cfg.policy.fast_lane):
+            held[job.account] = held.get(job.account, 0) + job.gpus  # until the next cycle
             return self._key(task, fairshare.job_site_factor(
                 self.lane_value, 0, st.cfg.policy.fairshare, True))
         return self._key(task, self.account_band.get(task.spec.team, 0))
@@ -205,44 +211,137 @@ class Budget(Policy):
         tier = 0 if task.qos == ALLOC_QOS else 1  # PriorityWeightQOS: alloc above any band
         return (tier, -site_factor, task.pend_since, task.spec.job_id)
 
-    def cycle(self, st: SimState) -> CycleOutcome:
+    def cycle(self, st: SimState, *, decide: bool = True) -> CycleOutcome:
         cfg = st.cfg
         now = st.stamp(st.now)
         fair = fairshare.fair_share(cfg, st.ledger, now, st.pending_assocs.keys(),
                                     capacity=st.capacity)
-        factors = fairshare.site_factors(fair, (t.pending_job for t in st.pending),
-                                         cfg.policy.fairshare)
-        factors.update(self._lane(st))
-        moved = False
-        for task in st.pending:  # _key(), inlined: every pending job, every cycle
-            key = (0 if task.qos == ALLOC_QOS else 1, -factors.get(task.spec.job_id, 0),
-                   task.pend_since, task.spec.job_id)
-            if key != task.key:
-                task.key = key
-                moved = True
+        # One job per class: site_factors gives every job of a class its value, ranking
+        # the same associations (every class of every pending association is there).
+        reps = {cls: next(iter(tasks.values())).pending_job
+                for cls, tasks in st.classes.items()}
+        per_rep = fairshare.site_factors(fair, reps.values(), cfg.policy.fairshare)
+        by_class = {cls: per_rep[rep.job_id] for cls, rep in reps.items()}
+        laned = self._lane(st)
+        moved = self._rekey(st, by_class, laned)
         if moved:  # else the queue is still in key order (the engine keeps it sorted)
-            st.pending.sort(key=_key)
+            st.pending.sort(key=es.task_key)
         self.account_band = {s.account: s.site_factor for s in fair.standings
                              if s.kind == "project" and s.site_factor is not None}
         if not self.contract:
             return CycleOutcome(fair=fair, sorted=True)
         running = [t.running_job for t in st.running.values() if t.running_job is not None]
-        waiting = es.waiting_jobs(st)
         pos = allocation_positions(fair, running)
         ledger = st.preemption_ledger()
-        free = es.free_gpus(st)
-        victims, starved = narrow(now, running, waiting, pos, ledger, cfg.policy.contracts)
-        # no starved job: plan_requeues has nothing to serve and returns [] (narrow
-        # returns no starved job without a victim either), so the room is not built
+        ccfg = cfg.policy.contracts
+        waiting: list[WaitingJob] = []
+        if decide:
+            waiting = es.waiting_jobs(st)
+            starved = starved_of(now, waiting, pos, ccfg)
+            victims = narrow_victims(now, running, pos, ledger, ccfg) if starved else []
+        else:  # the same two lists, the shorter first: most cycles have no victim at all
+            # (with no preemption budget left, plan_requeues returns [] at once)
+            teams = self._starving_teams(st, now, pos)
+            victims = (narrow_victims(now, running, pos, ledger, ccfg) if teams and
+                       contracts.preemption_budget_left(now, ledger, st.cluster.total,
+                                                        ccfg) > 0 else [])
+            starved = self._starved(st, now, pos, teams) if victims else []
+        # no starved job or no victim: plan_requeues has nothing to do and returns []
+        # (see ``narrow``), so the room is not built
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
                                            placement_nodes_now(st),
-                                           st.cluster.total, cfg.policy.contracts,
-                                           ) if starved else []
-        decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
-                                       waiting=tuple(waiting), running=tuple(running),
-                                       positions=pos, ledger=ledger, free_gpus=free,
-                                       requeues=tuple(requeues))
+                                           st.cluster.total, ccfg,
+                                           ) if starved and victims else []
+        requeues += self._lane_requeues(st, now, laned, running, pos, ledger, requeues)
+        decision = None
+        if decide:
+            factors = {t.spec.job_id: laned.get(t.spec.job_id, by_class[es.job_class(t)])
+                       for t in st.pending}
+            decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
+                                           waiting=tuple(waiting), running=tuple(running),
+                                           positions=pos, ledger=ledger,
+                                           free_gpus=es.free_gpus(st),
+                                           requeues=tuple(requeues))
         return CycleOutcome(fair=fair, requeues=requeues, decision=decision, sorted=True)
+
+    def _rekey(self, st: SimState, by_class: dict[tuple[str, str, int, bool], int],
+               laned: dict[int, int]) -> bool:
+        """Give each pending job its key from this cycle's SiteFactors; True if one moved.
+
+        Only a job whose SiteFactor may have changed needs it: one queued since the last
+        cycle (keyed by ``key``), one in or out of the lane, or one of a class whose value
+        changed. Every other job still has the key of its class's unchanged value."""
+        todo: dict[int, Task] = {}
+        last = self._class_factor
+        for cls, value in by_class.items():
+            if last.get(cls) != value:
+                todo.update(st.classes[cls])
+        for task in st.fresh:
+            if task.state == es.PENDING:
+                todo[task.spec.job_id] = task
+        by_id = st.by_id
+        for job_id in (*self._laned, *laned):
+            task = by_id[job_id]
+            if task.state == es.PENDING:
+                todo[job_id] = task
+        self._class_factor = by_class
+        self._laned = set(laned)
+        moved = False
+        for job_id, task in todo.items():
+            factor = laned.get(job_id)
+            if factor is None:
+                factor = by_class[es.job_class(task)]
+            key = self._key(task, factor)
+            if key != task.key:
+                task.key = key
+                moved = True
+        return moved
+
+    def _lane_requeues(self, st: SimState, now: int, laned: dict[int, int],  # noqa: PLR0917
+                       running: list[RunningJob], pos: dict[str, AllocationPosition],
+                       ledger: PreemptionLedger, planned: list[Requeue]) -> list[Requeue]:
+        """The lane's own requeues (``policy.lane_requeue``) for this cycle's waiting lane
+        members, on the room the contracts' requeues leave, as the daemon plans them."""
+        fl, ccfg = st.cfg.policy.fast_lane, st.cfg.policy.contracts
+        if not laned or lane_requeue.lane_budget_left(now, ledger, st.cluster.total,
+                                                      fl, ccfg) <= 0:
+            return []
+        waiting = [es.waiting_job(st, st.by_id[j], -1) for j in laned]
+        gone = {rq.victim for rq in planned}
+        left = [r for r in running if r.job_id not in gone] if gone else running
+        nodes = placement_nodes(st, left) if gone else placement_nodes_now(st)
+        short = {t.spec.job_id for t in st.running.values() if self.lane_job(st, t) is not None}
+        return lane_requeue.plan_lane_requeues(now, left, waiting, pos, ledger, nodes,
+                                               st.cluster.total, fl, ccfg, short)
+
+    @staticmethod
+    def _starving_teams(st: SimState, now: int,
+                        positions: dict[str, AllocationPosition]) -> list[str]:
+        """The teams with alloc jobs queued whose position a job of theirs could be
+        starved with (``is_starved`` of a probe job that has waited forever); no other
+        team's job is starved."""
+        cfg = st.cfg.policy.contracts
+        probe = contracts.probe_job(now - (1 << 40))
+        return [team for team in st.alloc_of
+                if contracts.is_starved(now, probe, positions.get(team), {}, cfg)]
+
+    @staticmethod
+    def _starved(st: SimState, now: int, positions: dict[str, AllocationPosition],
+                 teams: list[str]) -> list[WaitingJob]:
+        """``starved_of`` the whole queue, from the alloc jobs of ``teams``
+        (``_starving_teams``), in queue order."""
+        cfg = st.cfg.policy.contracts
+        out: list[WaitingJob] = []
+        for team in teams:
+            for task in st.alloc_of[team].values():
+                w = es.waiting_job(st, task, -1)
+                if contracts.is_starved(now, w, positions.get(team), {}, cfg):
+                    out.append(w)
+        by_id = st.by_id
+        out.sort(key=lambda w: by_id[w.job_id].key)  # the queue's order
+        # plan_requeues reads ``order`` only to take the jobs in queue order, so their
+        # ranks among the starved give the plan their places in the queue would
+        return [es.at_place(w, rank) for rank, w in enumerate(out)]
 
     def _lane(self, st: SimState) -> dict[int, int]:
         """This cycle's fast lane (``policy.fairshare.lane``, as the daemon's cycle runs
@@ -251,7 +350,14 @@ class Budget(Policy):
         if self.lane_cap <= 0:
             self.lane_held = {}
             return {}
-        pending = [j for t in st.pending if (j := self.lane_job(st, t)) is not None]
+        queued = self._lane_pending  # the lane work queued: the last cycle's, plus what
+        for task in st.fresh:          # has been queued since, less what has left
+            if self.lane_job(st, task) is not None:
+                queued[task.spec.job_id] = task
+        for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
+            del queued[job_id]
+        # lane_members takes them oldest first, whatever the order given
+        pending = [j for t in queued.values() if (j := self.lane_job(st, t)) is not None]
         running = [j for t in st.running.values() if (j := self.lane_job(st, t)) is not None]
         got = lane.lane_members(pending, running, st.cluster.total,
                                 cfg=cfg.policy.fast_lane, fcfg=cfg.policy.fairshare,
@@ -260,41 +366,36 @@ class Budget(Policy):
         return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
 
 
-def _key(task: Task) -> Key:
-    return task.key
-
-
-#: An allocation no real one can be more deserving than: nothing delivered, nothing running.
-_PROBE = "\0probe"
-
-
 def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917
            positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
            cfg: ContractsConfig) -> tuple[list[RunningJob], list[WaitingJob]]:
     """The running jobs that could be requeued for someone and the waiting jobs that
     could ask, so that ``plan_requeues`` (which tries every victim for every starved
-    job) gets the same answer from fewer of each. Both filters are the contracts' own:
-
-    - a waiting job that is not starved even with no GPU free (``is_starved`` with
-      nothing free) never becomes starved during the plan: its ratio, wait and reason
-      do not change there, only the free GPUs do;
-    - a running job blocked (``victim_blocker``) even for the most deserving possible
-      preemptor (an allocation with ratio 0 and nothing running, needing no GPUs, of
-      any type) is blocked for every real one: the gap and the loop-free rule only get
-      harder, and the other reasons do not depend on the preemptor.
-    """
-    starved = [w for w in waiting
-               if contracts.is_starved(now, w, positions.get(w.account), {}, cfg)]
+    job) gets the same answer from fewer of each: ``starved_of`` and ``narrow_victims``,
+    and neither when the other is empty (``plan_requeues`` then returns nothing)."""
+    starved = starved_of(now, waiting, positions, cfg)
     if not starved:
         return [], []
-    probe = WaitingJob(job_id=-1, account=_PROBE, user=_PROBE, qos=ALLOC_QOS, gpus=1,
-                       gpu_types=frozenset(), billing_gpus=0.0, submit=now, reason="Resources",
-                       order=-1)
-    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
-    victims = [r for r in running
-               if contracts.victim_blocker(now, r, probe, positions=with_probe, ledger=ledger,
-                                           cfg=cfg) is None]
+    victims = narrow_victims(now, running, positions, ledger, cfg)
     return victims, starved if victims else []
+
+
+def starved_of(now: int, waiting: list[WaitingJob],
+               positions: dict[str, AllocationPosition],
+               cfg: ContractsConfig) -> list[WaitingJob]:
+    """The waiting jobs starved even with no GPU free (``is_starved`` with nothing free):
+    any other never becomes starved during the plan, because its ratio, wait and reason
+    do not change there, only the free GPUs do."""
+    return [w for w in waiting
+            if contracts.is_starved(now, w, positions.get(w.account), {}, cfg)]
+
+
+def narrow_victims(now: int, running: list[RunningJob],
+                   positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
+                   cfg: ContractsConfig) -> list[RunningJob]:
+    """The running jobs requeueable for someone (``contracts.requeueable``, the pool
+    ``plan_requeues`` itself draws its victims from)."""
+    return contracts.requeueable(now, running, positions, ledger, cfg)
 
 
 def make_policy(name: str, st: SimState) -> Policy:

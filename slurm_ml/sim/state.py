@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
@@ -24,6 +25,8 @@ from slurm_ml.sim.workload import SimJob
 
 #: A task's states. ARRIVING: not submitted yet; NEVER: can never run on this cluster.
 ARRIVING, PENDING, RUNNING, DONE, NEVER = range(5)
+
+_K = TypeVar("_K")
 
 #: A policy's sort key for the pending queue: smaller runs first.
 Key = tuple[float, ...]
@@ -106,8 +109,20 @@ class SimState:
     ledger: FootprintLedger = field(default_factory=FootprintLedger)
     last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
     recent_requeues: list[tuple[int, int]] = field(default_factory=list)  # (epoch, GPUs)
+    lane_requeues: list[tuple[int, int]] = field(default_factory=list)  # the lane's own
     pending_assocs: dict[tuple[str, str], int] = field(default_factory=dict)  # -> jobs
     pending_alloc: int = 0  # pending QOS alloc jobs (those that may preempt free work)
+    #: the pending QOS alloc jobs as (remaining run time, job id), sorted: the scheduler's
+    #: index of the jobs short enough to backfill before a reservation (``sched``)
+    alloc_by_remaining: list[tuple[float, int]] = field(default_factory=list)
+    by_remaining: list[tuple[float, int]] = field(default_factory=list)  # ... of every job
+    #: team -> its pending QOS alloc jobs, job id -> task (those the contracts may serve)
+    alloc_of: dict[str, dict[int, Task]] = field(default_factory=dict)
+    #: (account, user, nice, short) -> its pending jobs, job id -> task: the jobs to which
+    #: ``site_factors`` gives one value, so that a cycle asks it once per class
+    classes: dict[tuple[str, str, int, bool], dict[int, Task]] = field(default_factory=dict)
+    #: jobs queued (arrived or requeued) since the engine's last policy cycle
+    fresh: list[Task] = field(default_factory=list)
     #: (GPUs, types) -> pending jobs of that shape
     pending_shapes: dict[tuple[int, tuple[int, ...]], int] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)  # team -> GPUs held
@@ -137,8 +152,15 @@ class SimState:
     # ------------------------------------------------------------------ bookkeeping
 
     def add_pending(self, task: Task) -> None:
-        insort(self.pending, task, key=_key)
-        self.pending_alloc += task.qos == ALLOC_QOS
+        insort(self.pending, task, key=task_key)
+        job_id = task.spec.job_id
+        insort(self.by_remaining, (task.remaining, job_id))
+        if task.qos == ALLOC_QOS:
+            self.pending_alloc += 1
+            insort(self.alloc_by_remaining, (task.remaining, job_id))
+            self.alloc_of.setdefault(task.spec.team, {})[job_id] = task
+        self.classes.setdefault(job_class(task), {})[job_id] = task
+        self.fresh.append(task)
         a = task.assoc
         self.pending_assocs[a] = self.pending_assocs.get(a, 0) + 1
         shape = (task.spec.gpus, task.types)
@@ -147,8 +169,15 @@ class SimState:
         self.waiting[team] = self.waiting.get(team, 0) + task.spec.gpus
 
     def left_pending(self, task: Task) -> None:
-        """Counters only: the caller takes the task out of ``pending``."""
-        self.pending_alloc -= task.qos == ALLOC_QOS
+        """Counters and indexes only: the caller takes the task out of ``pending``."""
+        job_id = task.spec.job_id
+        del self.by_remaining[bisect_left(self.by_remaining, (task.remaining, job_id))]
+        if task.qos == ALLOC_QOS:
+            self.pending_alloc -= 1
+            index = self.alloc_by_remaining
+            del index[bisect_left(index, (task.remaining, job_id))]
+            _drop(self.alloc_of, task.spec.team, job_id)
+        _drop(self.classes, job_class(task), job_id)
         a = task.assoc
         left = self.pending_assocs[a] - 1
         if left:
@@ -207,11 +236,26 @@ class SimState:
 
     def preemption_ledger(self) -> PreemptionLedger:
         return PreemptionLedger(last_requeue=dict(self.last_requeue),
-                                recent=list(self.recent_requeues))
+                                recent=list(self.recent_requeues),
+                                lane_recent=list(self.lane_requeues))
 
 
-def _key(task: Task) -> Key:
+def task_key(task: Task) -> Key:
+    """The order of ``SimState.pending`` (to sort it, insert into it, bisect it)."""
     return task.key
+
+
+def job_class(task: Task) -> tuple[str, str, int, bool]:
+    """What ``site_factors`` reads of a pending job besides its id."""
+    pj = task.pending_job
+    return pj.account, pj.user, pj.nice, pj.short
+
+
+def _drop(groups: dict[_K, dict[int, Task]], group: _K, job_id: int) -> None:
+    members = groups[group]
+    del members[job_id]
+    if not members:
+        del groups[group]
 
 
 # ---------------------------------------------------------------------- value builders
@@ -269,32 +313,36 @@ def running_footprint(st: SimState, task: Task, until: float | None = None) -> F
 
 
 def waiting_jobs(st: SimState) -> list[WaitingJob]:
-    """The pending queue as the contracts see it, in scheduling order. A job whose place
-    and pending start are those of the last call gets the same value back: under
-    overload the queue is long and most of it does not move between cycles."""
-    out: list[WaitingJob] = []
-    append = out.append
-    for order, task in enumerate(st.pending):
-        got = task.waiting
-        if got is not None and got[1] == task.pend_since:
-            if got[0] == order:
-                append(got[2])
-                continue
-            old = got[2]  # moved: the same job at another place
-            value = WaitingJob(old.job_id, old.account, old.user, old.qos, old.gpus,
-                               old.gpu_types, old.billing_gpus, old.submit, old.reason, order)
-        else:
-            job = task.spec
-            value = WaitingJob(
-                job_id=job.job_id, account=job.team, user=job.user, qos=task.qos,
-                gpus=job.gpus,
-                gpu_types=(frozenset(job.gpu_types) if job.gpu_types is not None else
-                           frozenset() if job.gpu_type is None else frozenset({job.gpu_type})),
-                billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
-                reason="Resources", order=order)
-        task.waiting = (order, task.pend_since, value)
-        append(value)
-    return out
+    """The pending queue as the contracts see it, in scheduling order."""
+    return [waiting_job(st, task, order) for order, task in enumerate(st.pending)]
+
+
+def waiting_job(st: SimState, task: Task, order: int) -> WaitingJob:
+    """The pending ``task`` as a waiting job at place ``order``. A job whose place and
+    pending start are those of the last call gets the same value back: under overload
+    the queue is long and most of it does not move between cycles."""
+    got = task.waiting
+    if got is not None and got[1] == task.pend_since:
+        if got[0] == order:
+            return got[2]
+        value = at_place(got[2], order)  # moved: the same job at another place
+    else:
+        job = task.spec
+        value = WaitingJob(
+            job_id=job.job_id, account=job.team, user=job.user, qos=task.qos,
+            gpus=job.gpus,
+            gpu_types=(frozenset(job.gpu_types) if job.gpu_types is not None else
+                       frozenset() if job.gpu_type is None else frozenset({job.gpu_type})),
+            billing_gpus=task.billing_pending, submit=st.stamp(task.pend_since),
+            reason="Resources", order=order)
+    task.waiting = (order, task.pend_since, value)
+    return value
+
+
+def at_place(w: WaitingJob, order: int) -> WaitingJob:
+    """``w`` at another place in the queue (the constructor: ``replace`` costs more)."""
+    return WaitingJob(w.job_id, w.account, w.user, w.qos, w.gpus, w.gpu_types,
+                      w.billing_gpus, w.submit, w.reason, order)
 
 
 def free_gpus(st: SimState) -> dict[str, int]:

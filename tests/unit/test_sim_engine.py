@@ -314,3 +314,29 @@ def test_runs_are_deterministic(policy: str) -> None:
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown policy 'lottery'"):
         simulate(cfg_with(ONE_NODE), [], "lottery")
+
+
+# --------------------------------------------------------------------------- fast lane
+
+
+def lane_cfg() -> Config:
+    """ONE_NODE (4 GPUs) with a lane of 2 GPUs (half the cluster)."""
+    cfg = cfg_with(ONE_NODE)
+    return dataclasses.replace(cfg, policy=dataclasses.replace(
+        cfg.policy, fast_lane=dataclasses.replace(cfg.policy.fast_lane, gpus_fraction=0.5)))
+
+
+def test_a_burst_of_debug_jobs_between_cycles_gets_only_the_lanes_room() -> None:
+    """b fills the node until t=450; a queues a 2-GPU job at t=10 and is the under-served
+    team at the t=300 cycle. At t=400 b submits three debug jobs; admission has room for
+    two in the lane (as submitd counts its own lane admissions until the next cycle), so
+    when the node frees at t=450 two debug jobs start, then a's job (a's band is above
+    b's), and the third debug job waits in b's band."""
+    debug = {"min_runtime_s": 600, "kind": DEBUG}
+    jobs = [job(1, "b", 0, 4, 450, min_runtime_s=3600),
+            job(2, "a", 10, 2, 5000, min_runtime_s=3600),
+            *(job(10 + k, "b", 400, 1, 600, **debug) for k in range(3))]
+    got = runs(simulate(lane_cfg(), jobs, "budget"))
+    assert got[10] == (450, 1050) and got[11] == (450, 1050)
+    assert got[2] == (450, 5450)
+    assert got[12] == (1050, 1650)

@@ -30,7 +30,7 @@ from slurm_ml.policy.placement import NodeSpec, node_slots
 from slurm_ml.sim import policies
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
 from slurm_ml.sim.policies import BudgetCycleDecision
-from slurm_ml.sim.workload import SimJob
+from slurm_ml.sim.workload import DEBUG, SimJob
 from slurm_ml.store.records import ReconcilerDecision
 
 # --------------------------------------------------------------------------- (a)
@@ -79,15 +79,34 @@ def test_a_different_fair_share_changes_the_simulation(
 
 def test_narrowing_the_contract_inputs_changes_no_decision(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine hands plan_requeues only possible victims and starved jobs (for speed);
-    with everything handed over the run is the same."""
+    """The engine hands plan_requeues only possible victims and starved jobs, found from
+    the teams that can starve at all (for speed); with the whole queue and every running
+    job handed over (a run that records its decisions, narrowing nothing) the run is the
+    same."""
     cfg, jobs = mixed_scenario()
     narrowed = simulate(cfg, jobs, "budget", settings=SETTINGS)
-    monkeypatch.setattr(policies, "narrow", lambda now, running, waiting, *rest: (running,
-                                                                                 waiting))
-    whole = simulate(cfg, jobs, "budget", settings=SETTINGS)
+    monkeypatch.setattr(policies, "starved_of",
+                        lambda now, waiting, *rest: list(waiting))
+    monkeypatch.setattr(policies, "narrow_victims", lambda now, running, *rest: running)
+    engine = Engine(cfg, jobs, "budget", SETTINGS, decisions=True)
+    for record in engine.cycles():
+        assert record.decision is not None
+    whole = engine.result()
     assert narrowed.preemptions > 0
     assert (narrowed.jobs, narrowed.samples) == (whole.jobs, whole.samples)
+
+
+def test_a_run_that_records_its_decisions_decides_the_same() -> None:
+    """``simulate`` skips building the whole queue's values each cycle; a run that builds
+    them (``Engine(decisions=True)``) gives every job the same outcome."""
+    cfg, jobs = mixed_scenario()
+    fast = simulate(cfg, jobs, "budget", settings=SETTINGS)
+    engine = Engine(cfg, jobs, "budget", SETTINGS, decisions=True)
+    records = list(engine.cycles())
+    assert all(r.decision is not None for r in records)
+    full = engine.result()
+    assert fast.preemptions > 0
+    assert (fast.jobs, fast.samples) == (full.jobs, full.samples)
 
 
 def test_narrowing_keeps_a_job_that_starves_only_once_the_free_gpus_are_promised() -> None:
@@ -121,14 +140,19 @@ SETTINGS = SimSettings(cycle_s=300, checkpoint_s=900, end_s=8 * 3600)
 WEIGHTS = {"a100_80g": 1.0, "a100_40g": 0.8}
 
 
-def mixed_scenario() -> tuple[Config, list[SimJob]]:
+def mixed_scenario(lane: bool = False) -> tuple[Config, list[SimJob]]:
     """Two GPU types and three teams: a floods the cluster first, b and c come later;
-    free-QOS, non-resumable and typed jobs among them."""
+    free-QOS, non-resumable and typed jobs among them. ``lane``: with debug jobs of b
+    and c, a fast lane of 4 GPUs and its own requeues (4 GPUs per window)."""
     cfg = cfg_with([("big", "n[1-2]", "a100_80g", 4, "leaf1"),
                     ("mid", "m[1-2]", "a100_40g", 4, "leaf2")],
                    {"a": 2.0, "b": 1.0, "c": 1.0},
                    preempt_cap_fraction=0.5, preempt_after_wait_s=300.0, preempt_min_gap=0.2,
                    requeue_cooldown_s=3600.0)
+    if lane:
+        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(
+            cfg.policy, fast_lane=dataclasses.replace(
+                cfg.policy.fast_lane, gpus_fraction=0.25, preempt_cap_fraction=0.25)))
     jobs = [job(i, "a", 10.0 * i, 2, 20_000, min_runtime_s=[600, 1800, 600][i % 3],
                 resumable=i % 4 != 0) for i in range(1, 9)]
     jobs += [job(20 + i, "b", 1200 + 60 * i, 2, 3000, min_runtime_s=600) for i in range(3)]
@@ -136,6 +160,11 @@ def mixed_scenario() -> tuple[Config, list[SimJob]]:
              for i in range(2)]
     jobs += [job(40, "b", 1500, 1, 5000, min_runtime_s=0),  # QOS free
              job(41, "c", 9000, 2, 1000, min_runtime_s=600, gpu_type="a100_40g")]
+    if lane:
+        jobs += [job(50 + i, team, at, gpus, 600, min_runtime_s=600, kind=DEBUG)
+                 for i, (team, at, gpus) in enumerate((
+                     ("b", 2500, 1), ("c", 2550, 2), ("b", 6100, 2), ("c", 12_000, 1),
+                     ("b", 12_050, 2), ("c", 20_100, 2)))]
     return cfg, jobs
 
 
@@ -160,7 +189,8 @@ def observation(cfg: Config, decision: BudgetCycleDecision, footprints: list[Foo
             job_id=r.job_id, name=r.name, user=r.user, account=r.account, partition="gpu",
             qos=r.qos, state=JobState.RUNNING, reason="None", nodes=",".join(r.nodes),
             num_nodes=len(r.nodes), gpus=(GpuRequest(r.gpus, "node", r.gpu_type),),
-            time_limit_min=None, time_min_min=(r.time_min_s or 0) // 60, requeue=r.requeue,
+            time_limit_min=math.ceil(specs[r.job_id].duration_s / 60),
+            time_min_min=(r.time_min_s or 0) // 60, requeue=r.requeue,
             site_factor=0, priority=0, submit_time=r.start, start_time=r.start))
     usage = []
     for fp in footprints:
@@ -179,8 +209,10 @@ def observation(cfg: Config, decision: BudgetCycleDecision, footprints: list[Foo
                        history=tuple(history), orphans=())
 
 
-def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg, jobs = mixed_scenario()
+@pytest.mark.parametrize("lane", [False, True], ids=["contracts", "with-lane-requeues"])
+def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPatch,
+                                                     lane: bool) -> None:
+    cfg, jobs = mixed_scenario(lane)
     specs = {j.job_id: j for j in jobs}
     seen: list[list[Footprint]] = []
     real = fairshare.fair_share
@@ -192,7 +224,7 @@ def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(fairshare, "fair_share", recording)
     history: list[ReconcilerDecision] = []
-    cycles = requeued = ties = compared = 0
+    cycles = requeued = ties = compared = lane_requeued = 0
     for record in Engine(cfg, jobs, "budget", SETTINGS).cycles():
         decision = record.decision
         assert decision is not None
@@ -207,24 +239,31 @@ def test_each_cycle_decides_what_the_daemon_decides(monkeypatch: pytest.MonkeyPa
             assert mine.owed == pytest.approx(theirs.owed, abs=1e-9)
         # the same order and the same requeues
         assert plan.site_factors == decision.site_factors
-        daemon_requeues = [(a.job_id, a.details["for_job"]) for a in plan.actions
+        daemon_requeues = [(a.job_id, a.details["for_job"], a.decision) for a in plan.actions
                            if a.kind == "requeue"]
         assert not [a for a in plan.actions if a.kind != "requeue"]
         if knife_edge(decision.fair, plan.fair):
             ties += 1  # delivered/owed = 1 up to rounding: the two sums may fall either side
         else:
-            assert daemon_requeues == [(r.victim, r.for_job) for r in decision.requeues]
+            assert daemon_requeues == [(r.victim, r.for_job, _kind(r))
+                                       for r in decision.requeues]
             compared += bool(decision.requeues)
         for rq in decision.requeues:
             history.append(ReconcilerDecision(
-                idempotency_key=f"rq{len(history)}", cycle=0, job_id=rq.victim, kind="requeue",
+                idempotency_key=f"rq{len(history)}", cycle=0, job_id=rq.victim, kind=_kind(rq),
                 reason=rq.reason, decided_at=datetime.fromtimestamp(decision.now, UTC),
                 dry_run=False, details={"gpus": rq.gpus}))
         cycles += 1
         requeued += len(decision.requeues)
+        lane_requeued += sum(_kind(r) == "lane_requeue" for r in decision.requeues)
     assert cycles == 8 * 12 + 1
     assert compared >= 2 and requeued >= 2  # the scenario does exercise the contracts
     assert ties <= cycles // 4
+    assert (lane_requeued >= 1) is lane  # and, with the lane, the lane's own requeues
+
+
+def _kind(rq: contracts.Requeue) -> str:
+    return "lane_requeue" if rq.details.get("lane") is True else "requeue"
 
 
 def knife_edge(mine: FairShare, theirs: FairShare) -> bool:

@@ -56,7 +56,7 @@ def simulate(cfg: Config, jobs: Sequence[SimJob], policy: str, *,
     ``progress(sim_t, end_t)`` is called about a hundred times over the run; ``end_t``
     is ``settings.end_s``, else the last submission (the run may go on past it).
     """
-    engine = Engine(cfg, jobs, policy, settings)
+    engine = Engine(cfg, jobs, policy, settings, decisions=False)
     for _ in engine.cycles(progress):
         pass
     return engine.result()
@@ -66,7 +66,11 @@ class Engine:
     """One run. :meth:`cycles` advances it cycle by cycle; :meth:`result` sums it up."""
 
     def __init__(self, cfg: Config, jobs: Sequence[SimJob], policy: str,
-                 settings: SimSettings = _DEFAULTS) -> None:
+                 settings: SimSettings = _DEFAULTS, *, decisions: bool = True) -> None:
+        """``decisions``: each :class:`CycleRecord` carries the policy's decision and
+        its inputs (the whole queue as the contracts see it): for tests and reports;
+        without them a cycle costs only what deciding costs."""
+        self._decisions = decisions
         cluster = Cluster(cfg)
         if cluster.total == 0:
             raise ValueError("the config has no GPU nodes to simulate")
@@ -181,13 +185,14 @@ class Engine:
 
     def _run_cycle(self) -> CycleRecord:
         st, s = self.st, self.st.settings
-        out = self.policy.cycle(st)
+        out = self.policy.cycle(st, decide=self._decisions)
+        st.fresh.clear()
         if out.reordered:
             if not out.sorted:
-                st.pending.sort(key=lambda task: task.key)
+                st.pending.sort(key=es.task_key)
             self.sched.changed()
         for rq in out.requeues:
-            self._requeue(st.by_id[rq.victim], rq.gpus)
+            self._requeue(st.by_id[rq.victim], rq.gpus, lane=rq.details.get("lane") is True)
         self.sched.run()
         fair = out.fair
         if fair is None and self._cycle % s.owed_every == 0:  # fifo, slurm-fairshare
@@ -209,6 +214,7 @@ class Engine:
         cap_window = st.cfg.policy.contracts.preempt_cap_window_s
         now = st.stamp(st.now)
         st.recent_requeues = [(at, g) for at, g in st.recent_requeues if now - at < cap_window]
+        st.lane_requeues = [(at, g) for at, g in st.lane_requeues if now - at < cap_window]
         cooldown = st.cfg.policy.contracts.requeue_cooldown_s
         st.last_requeue = {j: at for j, at in st.last_requeue.items() if now - at < cooldown}
         self._pruned_at = st.now
@@ -269,14 +275,15 @@ class Engine:
         task.end = self.st.now
         task.remaining = 0.0
 
-    def _requeue(self, task: Task, gpus: int) -> None:
-        """The contracts' requeue: back to pending, having lost the work since its last
-        checkpoint; it counts against the cooldown and the cluster cap."""
+    def _requeue(self, task: Task, gpus: int, *, lane: bool = False) -> None:
+        """The contracts' requeue (``lane``: the fast lane's): back to pending, having
+        lost the work since its last checkpoint; it counts against the cooldown and its
+        cap (the cluster's, or the lane's own)."""
         st = self.st
         self._halt(task)
         now = st.stamp(st.now)
         st.last_requeue[task.spec.job_id] = now
-        st.recent_requeues.append((now, gpus))
+        (st.lane_requeues if lane else st.recent_requeues).append((now, gpus))
         self._requeued(task)
 
     def _preempt(self, task: Task) -> None:

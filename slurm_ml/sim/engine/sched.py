@@ -15,13 +15,14 @@ does it take the reservation or wait.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.engine.preempt import victims_for
-from slurm_ml.sim.state import Key, SimState, Task
+from slurm_ml.sim.state import Key, SimState, Task, task_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,32 @@ class Reservation:
     key: Key
     at: float
     nodes: frozenset[int]
+
+
+class _Jumps:
+    """The next job a pass can start, past its reservation: from the places
+    :meth:`Scheduler._places` found (ascending), or, when it found them too many to
+    be worth it (None), by walking the queue. Either way the same job, or the end."""
+
+    __slots__ = ("k", "places")
+
+    def __init__(self, places: list[int] | None) -> None:
+        self.places = places
+        self.k = 0  # the next place to try
+
+    def next(self, i: int, pending: list[Task], stop: Callable[[Task], bool]) -> int:
+        """The first place at or after ``i`` whose job ``stop`` accepts, else the end."""
+        places = self.places
+        if places is None:
+            while i < len(pending) and not stop(pending[i]):
+                i += 1
+            return i
+        while self.k < len(places):
+            j = places[self.k]
+            self.k += 1
+            if j >= i and stop(pending[j]):
+                return j
+        return len(pending)
 
 
 class Scheduler:
@@ -75,6 +102,12 @@ class Scheduler:
         alloc_left = st.pending_alloc  # alloc jobs from here on (read only while res is None)
         pending = st.pending
         count = len(pending)  # started jobs leave the list after the loop
+        # Past the reservation only some jobs can start (``_Jumps``): with nothing free,
+        # a short alloc job that may preempt; with GPUs free only on the reserved nodes
+        # for every type set (``off_dead`` of ``kinds``), a job that ends before it.
+        short: _Jumps | None = None
+        ending: _Jumps | None = None
+        off_dead = 0
         i = -1
         while True:
             i += 1
@@ -100,15 +133,27 @@ class Scheduler:
                     # and asks for fewer GPUs than its type set failed to preempt for
                     # would each be passed over (nothing changes meanwhile): skip them.
                     at = res.at
-                    while i < count:
-                        task = pending[i]
-                        if task.qos == ALLOC_QOS and now + task.remaining <= at \
-                                and task.spec.gpus < no_room.get(task.types, 1 << 30):
-                            break
-                        i += 1
+                    if short is None:
+                        short = _Jumps(self._places(st.alloc_by_remaining, i, at - now))
+                    i = short.next(i, pending, lambda t: (  # called at once:
+                        t.qos == ALLOC_QOS and now + t.remaining <= at  # noqa: B023
+                        and t.spec.gpus < no_room.get(t.types, 1 << 30)))
                     if i >= count:
                         break
+                    task = pending[i]
                     is_alloc = True
+            elif res is not None and off_dead == kinds:
+                # Every job that outlasts the reservation would be passed over (it fits
+                # nowhere off the reserved nodes, and only a job that could start now
+                # anyway may preempt): go to the next that does not.
+                at = res.at
+                if ending is None:
+                    ending = _Jumps(self._places(st.by_remaining, i, at - now))
+                i = ending.next(i, pending, lambda t: now + t.remaining <= at)  # noqa: B023
+                if i >= count:
+                    break
+                task = pending[i]
+                is_alloc = task.qos == ALLOC_QOS
             can_preempt = self.preempt is not None and st.free_running > 0 and is_alloc
             gpus, types = task.spec.gpus, task.types
             alloc: Alloc | None = None
@@ -123,6 +168,7 @@ class Scheduler:
                     alloc = cluster.place(gpus, types, res.nodes if res else frozenset())
                     if alloc is None:
                         fit_off[types] = gpus
+                        off_dead += gpus == 1
             # Slurm's preempt/qos: only what could start now anyway may preempt, so a
             # job behind the reservation that would outlast it never takes its nodes.
             if alloc is None and can_preempt and ends_in_time \
@@ -152,6 +198,30 @@ class Scheduler:
             self._stopped.clear()
             # a requeued job may fit what is left
             self.settled = self.settled and cluster.free_total == 0
+
+    def _places(self, index: list[tuple[float, int]], lo: int, span: float,
+                ) -> list[int] | None:
+        """The places at or after ``lo`` in ``st.pending`` of the jobs of ``index`` (a
+        sorted ``(remaining, job id)`` list) whose run time is at most ``span`` (with a
+        margin for rounding: the caller tests exactly), ascending; None when they are a
+        quarter or more of what is left to walk.
+
+        During a pass the queue is in key order and keeps every job until the pass ends,
+        so a job's place is where its key bisects; jobs started in the pass have left
+        the index, and each lies before ``lo``."""
+        st = self.st
+        pending, by_id = st.pending, st.by_id
+        m = bisect_right(index, (span + 1e-6 + abs(span) * 1e-12, math.inf))
+        if 4 * m >= len(pending) - lo:
+            return None
+        out: list[int] = []
+        for _, job_id in index[:m]:
+            task = by_id[job_id]
+            j = bisect_left(pending, task.key, lo, key=task_key)
+            if j < len(pending) and pending[j] is task:
+                out.append(j)
+        out.sort()
+        return out
 
     def _preempt_for(self, task: Task) -> Alloc | None:
         """Requeue the free jobs in ``task``'s way and say where it starts (None: no room)."""
