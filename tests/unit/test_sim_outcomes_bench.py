@@ -1,0 +1,79 @@
+"""Issue 18's targets table: its scenario files (examples/sim/outcomes-*.yaml) load and
+say what is a scenario choice, and benchmarks/sim_outcomes.py aggregates runs into the
+table the way its docstring says (median over seeds, budget's targets)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from slurm_ml.sim.scenario_file import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+FILES = sorted((REPO / "examples" / "sim").glob("outcomes-*.yaml"))
+
+
+def _bench() -> ModuleType:
+    path = REPO / "benchmarks" / "sim_outcomes.py"
+    spec = importlib.util.spec_from_file_location("sim_outcomes", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+def test_six_scenarios() -> None:
+    assert len(FILES) == 6
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_scenario_file(path: Path) -> None:
+    sc = load_scenario(path)
+    assert sc.debug is not None and sc.debug.rate_per_team_per_hour == pytest.approx(6 / 24)
+    assert sc.debug.duration_s == 600 and set(sc.debug.gpus) == {1, 2}
+    assert sc.target_load is not None and 2 <= sc.target_load <= 3
+    assert sc.nodes is not None and sc.gpus_per_node is not None
+    assert 480 <= sc.nodes * sc.gpus_per_node <= 512
+    header = path.read_text(encoding="utf-8").split("\ntrace:")[0]
+    assert "not trace data" in header and "Issue 18" in header
+
+
+def _record(policy: str, seed: int, **m: Any) -> dict[str, Any]:
+    base = {"debug_p90_s": 30.0, "occupancy": 0.97, "worst_ratio": 0.96,
+            "median_ratio": 0.99, "large_p90_s": 100.0, "loss_frac": 0.01,
+            "offered_load": 2.5, "debug_jobs": 10, "large_jobs": 5, "jobs": 100,
+            "preemptions": 3, "wall_s": 1.0, "worst_team": "a", "gpus": 512}
+    return {"scenario": "outcomes-x", "policy": policy, "seed": seed,
+            "measures": {**base, **m}}
+
+
+def test_aggregate_and_render() -> None:
+    mod = _bench()
+    records = []
+    for seed, (fifo_large, budget_large, debug) in enumerate(
+            [(100.0, 50.0, 30.0), (100.0, 150.0, 90.0), (200.0, 100.0, 70.0)]):
+        records.append(_record("fifo", seed, large_p90_s=fifo_large))
+        records.append(_record("budget", seed, large_p90_s=budget_large,
+                               debug_p90_s=debug))
+    agg = mod.aggregate(records, ["outcomes-x.yaml"], [0, 1, 2])
+    budget = agg["outcomes-x"]["policies"]["budget"]
+    # per-seed ratios to fifo: 0.5, 1.5, 0.5 -> median 0.5, met in 2 of 3 seeds
+    assert budget["large_vs_fifo"]["median"] == pytest.approx(0.5)
+    assert budget["targets"]["large_vs_fifo"]["seeds_met"] == 2
+    # debug p90 30, 90, 70 -> median 70 misses 60 s; met in 1 seed
+    assert budget["debug_p90_s"]["median"] == pytest.approx(70.0)
+    assert budget["targets"]["debug_p90_s"] == {
+        "op": "<=", "threshold": 60.0, "median_met": False, "seeds_met": 1, "seeds": 3}
+    assert "targets" not in agg["outcomes-x"]["policies"]["fifo"]
+    table = mod.render(agg)
+    assert "| budget | 70 (30–90) |" in table
+    assert "**5/6**; missed: debug p90 (1/3 seeds)" in table
