@@ -59,6 +59,24 @@ def _store(cfg: Any, dsn: str) -> Any:
         fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
 
 
+def _wake_listener(cfg: Any, daemon: Any, dry_run: bool) -> Any:
+    """The listener for submitd's wakes (``daemon.wake_socket``), or None: none is
+    configured, this is a dry run (which must not take the leader's socket), or the
+    socket cannot be bound (said on stderr; the daemon then keeps its regular cycles)."""
+    from pathlib import Path
+
+    from slurm_ml.wake import WakeError, WakeListener
+
+    if dry_run or not cfg.daemon.wake_socket:
+        return None
+    try:
+        return WakeListener(Path(cfg.daemon.wake_socket), daemon.wake)
+    except (OSError, WakeError) as exc:
+        click.echo(f"slurm-ml daemon: wake socket {cfg.daemon.wake_socket} unavailable "
+                   f"({exc}); lane jobs wait for regular cycles", err=True)
+        return None
+
+
 # ------------------------------------------------------------------ daemon
 @click.command("daemon")
 @_config_opt
@@ -76,7 +94,9 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     with the pure policies and applies, recording every action in the audit log first.
     Only the holder of the PostgreSQL advisory lock (daemon.lock_key) acts; a second
     daemon stays passive. SIGHUP reloads the config (a bad one is rejected, the old one
-    kept); SIGTERM stops after the current cycle.
+    kept); SIGTERM stops after the current cycle. Without --once or --dry-run it also
+    listens on daemon.wake_socket, where submitd asks for an early cycle for a job it
+    put in the fast lane (only while policy.fast_lane.preempt_cap_fraction > 0).
 
     Exit codes: 0 ok (with --once: the cycle ran, acted or stayed passive); 1 with --once:
     Slurm or the database was unavailable, or an action failed; 2 bad config or options.
@@ -111,12 +131,17 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
         except OSError as exc:
             click.echo(f"slurm-ml daemon: metrics port {cfg.daemon.metrics_port} unavailable "
                        f"({exc}); running without /metrics", err=True)
+        listener = _wake_listener(cfg, d, dry_run)
         signal.signal(signal.SIGHUP, lambda *_: setattr(d, "reload_requested", True))
         signal.signal(signal.SIGTERM, lambda *_: d.stop.set())
         signal.signal(signal.SIGINT, lambda *_: d.stop.set())
+    else:
+        listener = None
     try:
         result = d.run(once=once)
     finally:
+        if listener is not None:
+            listener.close()
         d.close()
         store.close()
     if once:

@@ -119,6 +119,10 @@ class FastLaneConfig:
     # protected runtime, of over-served allocations, the fewest GPU-hours lost first.
     preempt_cap_fraction: float = knob(0.0, share)
     preempt_after_s: float = knob(30.0, ge(0))  # a lane job waits this long before that
+    # With lane requeues on, submitd wakes the daemon (daemon.wake_socket) for a cycle
+    # preempt_after_s after it puts a job in the lane, instead of the job waiting for the
+    # next regular cycle; woken cycles come at least this far apart (0 = no wakes).
+    wake_min_gap_s: float = knob(10.0, ge(0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +292,9 @@ class DaemonConfig:
     metrics_addr: str = knob("127.0.0.1")  # address the metrics server binds
     backoff_max_s: float = knob(600.0, gt(0))  # longest wait after Slurm/DB failures
     lock_key: int = knob(0x736C_6D6C_6461_656D, ge(1))  # PostgreSQL advisory lock ("slmldaem")
+    # Unix datagram socket the daemon listens on for submitd's wakes ("" = none):
+    # policy.fast_lane.wake_min_gap_s.
+    wake_socket: str = knob("/run/slurm-ml/daemon-wake.sock")
 
 
 @dataclass(frozen=True, slots=True)

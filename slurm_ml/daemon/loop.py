@@ -5,6 +5,10 @@ daemon stays passive and takes over when the leader's session dies. Slurm or the
 database being unreachable ends the cycle before it decides anything and the next try
 comes after an exponential back-off (capped by ``daemon.backoff_max_s``). SIGHUP
 re-reads the config; a bad file is logged and the old config stays.
+
+Between regular cycles a wake from submitd (:mod:`slurm_ml.wake`: a job entered the
+fast lane) brings a cycle forward to when that job may get room from the lane's
+requeues; regular cycles keep their own schedule.
 """
 
 from __future__ import annotations
@@ -24,13 +28,18 @@ from slurm_ml.daemon.apply import Applier, ApplyReport
 from slurm_ml.daemon.metrics import Metrics
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import Action, Plan, plan_cycle
+from slurm_ml.policy.lane_requeue import wake_cycle_at, wake_for, wakes_on
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.leader import LeaderLock
 from slurm_ml.store.protocol import Store
+from slurm_ml.wake import Wake, WakeBox
 
 log = logging.getLogger(__name__)
+
+#: How often a sleeping loop looks at its wakes (the listener's thread adds them).
+_WAKE_POLL_S = 0.25
 
 
 @dataclass(slots=True)
@@ -89,6 +98,8 @@ class Daemon:
         self.failures = 0
         self.reload_requested = False
         self.stop = threading.Event()
+        self.wakes = WakeBox()
+        self.last_cycle_at: float | None = None  # when the last cycle began (epoch)
 
     # ------------------------------------------------------------------ config
 
@@ -124,7 +135,10 @@ class Daemon:
         if self.reload_requested:
             self.reload()
         start = time.monotonic()
-        now = int(self.clock())
+        began = self.clock()
+        now = int(began)
+        self.last_cycle_at = began
+        self.wakes.served(began)  # their jobs have waited long enough by now
         try:
             leader = self._leader()
         except StoreError as exc:
@@ -176,12 +190,54 @@ class Daemon:
             return base
         return float(min(self.cfg.daemon.backoff_max_s, base * 2 ** (self.failures - 1)))
 
+    def wake(self, wake: Wake) -> None:
+        """submitd laned a job at ``wake.at``: have a cycle when it may get room (the
+        listener's thread calls this). Ignored while the lane's requeues are off."""
+        lane = self.cfg.policy.fast_lane
+        if not wakes_on(lane):
+            return
+        self.metrics.wakes.inc()
+        self.wakes.request(wake_for(wake.at, lane))
+        log.info("event=wake account=%s name=%s admitted_at=%.0f", wake.account,
+                 wake.job_name, wake.at)
+
+    def due_wake(self) -> float | None:
+        """When a woken cycle should run (epoch), or None: no wake, the lane's requeues
+        are off, or the last cycle failed (the back-off then decides)."""
+        at = self.wakes.next_at()
+        lane = self.cfg.policy.fast_lane
+        if at is None or self.failures or not wakes_on(lane):
+            return None
+        return wake_cycle_at(at, self.last_cycle_at, lane)
+
+    def _sleep_until(self, regular_at: float) -> str:
+        """Sleep until ``regular_at`` or a due wake: "stop", "wake" or "regular"."""
+        while True:
+            wake_at = self.due_wake()
+            at = regular_at if wake_at is None else min(regular_at, wake_at)
+            left = at - self.clock()
+            if left <= 0:
+                return "regular" if at == regular_at else "wake"
+            if self.stop.wait(min(left, _WAKE_POLL_S)):
+                return "stop"
+
     def run(self, *, once: bool = False) -> CycleResult:
-        """Cycle until ``stop`` is set (or once); returns the last cycle's result."""
+        """Cycle until ``stop`` is set (or once); returns the last cycle's result. A
+        woken cycle leaves the regular schedule as it was."""
+        regular_at = 0.0
+        woken = False
         while True:
             result = self.cycle()
-            if once or self.stop.wait(self.next_wait()):
+            if once:
                 return result
+            if not woken or self.failures:
+                regular_at = self.clock() + self.next_wait()
+            why = self._sleep_until(regular_at)
+            if why == "stop":
+                return result
+            woken = why == "wake"
+            if woken:
+                self.metrics.woken_cycles.inc()
 
     def close(self) -> None:
         self.lock.release()

@@ -31,6 +31,11 @@ class Metrics:
                                ["account"], registry=r)
         self.last_cycle = Gauge("slurm_ml_daemon_last_cycle_timestamp_seconds",
                                 "When the last cycle finished", registry=r)
+        self.wakes = Counter("slurm_ml_daemon_wakes_total",
+                             "submitd's fast-lane wakes received (a cycle each, at most "
+                             "one per fast_lane.wake_min_gap_s)", registry=r)
+        self.woken_cycles = Counter("slurm_ml_daemon_woken_cycles_total",
+                                    "Cycles run early for a wake", registry=r)
 
     def serve(self, port: int, addr: str) -> None:
         if port:

@@ -205,7 +205,22 @@ def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
                             if socket_dir == "/run/slurm-ml"
                             else f"ReadWritePaths={socket_dir}"),
         "spool_dir": str(cfg.store.spool_dir),
+        "wake_rw_lines": _wake_rw_lines(cfg.daemon.wake_socket),
     }
+
+
+def _wake_rw_lines(wake_socket: str) -> str:
+    """The daemon unit's lines for its wake socket (``daemon.wake_socket``): the shared
+    /run/slurm-ml, kept across restarts (submitd's socket is there too), or the
+    socket's own directory made writable."""
+    if not wake_socket:
+        return "# No wake socket (daemon.wake_socket is empty)."
+    wake_dir = str(Path(wake_socket).parent)
+    if wake_dir == "/run/slurm-ml":
+        return ("# /run/slurm-ml, shared with submitd: the wake socket submitd sends to.\n"
+                "RuntimeDirectory=slurm-ml\nRuntimeDirectoryMode=0750\n"
+                "RuntimeDirectoryPreserve=yes")
+    return f"ReadWritePaths={wake_dir}"
 
 
 def render_files(cfg: Config, p: InstallParams, src: Sources,

@@ -42,12 +42,34 @@ from slurm_ml.policy.contracts import (
 )
 from slurm_ml.policy.placement import NodeMap, Planner
 
-__all__ = ["lane_budget_left", "lane_cap_gpus", "plan_lane_requeues"]
+__all__ = ["lane_budget_left", "lane_cap_gpus", "plan_lane_requeues", "wake_cycle_at",
+           "wake_for", "wakes_on"]
 
 
 def lane_cap_gpus(total_gpus: int, cfg: FastLaneConfig) -> int:
     """GPUs the lane may requeue per window: a floor, so 0 turns it off."""
     return max(0, math.floor(cfg.preempt_cap_fraction * total_gpus + 1e-9))
+
+
+def wakes_on(cfg: FastLaneConfig) -> bool:
+    """Whether a lane admission wakes the daemon: only the lane's requeues need a cycle
+    (the lane's SiteFactor is set at admission already)."""
+    return cfg.wake_min_gap_s > 0 and cfg.preempt_cap_fraction > 0
+
+
+def wake_for(admitted_at: float, cfg: FastLaneConfig) -> float:
+    """When a cycle can first requeue for a job laned at ``admitted_at``: once it has
+    waited ``preempt_after_s``, plus a second (Slurm's submit time and the daemon's
+    clock are whole seconds)."""
+    return admitted_at + cfg.preempt_after_s + 1
+
+
+def wake_cycle_at(wake: float, last_cycle_at: float | None, cfg: FastLaneConfig) -> float:
+    """When a woken cycle runs: at ``wake``, but ``wake_min_gap_s`` after the last cycle
+    at the earliest, so that wakes never run the daemon more often than that."""
+    if last_cycle_at is None:
+        return wake
+    return max(wake, last_cycle_at + cfg.wake_min_gap_s)
 
 
 def lane_budget_left(now: int, ledger: PreemptionLedger, total_gpus: int,

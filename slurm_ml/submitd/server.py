@@ -32,6 +32,7 @@ from slurm_ml.config import Config, ConfigError, load_config
 from slurm_ml.policy.admission import decide
 from slurm_ml.policy.admission_state import LaneAdmission
 from slurm_ml.policy.cluster_view import ClusterView, cluster_view
+from slurm_ml.policy.lane_requeue import wakes_on
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (
     ROUTE_FIELDS,
@@ -45,6 +46,7 @@ from slurm_ml.submitd.wire import (
     to_request,
     touched,
 )
+from slurm_ml.wake import Wake, send_wake
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024  # a job_desc summary is < 2 KiB; anything near this is garbage
@@ -124,6 +126,7 @@ class PolicyServer:
                               routing=routing, update=update, asked_qos=asked_qos(env.job))
             if decision.accept and decision.lane is not None:
                 self.refresher.note_lane(LaneAdmission(now, *decision.lane))
+                self._wake_daemon(policy.cfg, now, req.name, decision.lane[0])
             wait_s = int(policy.cfg.policy.admission.leaf_switch_wait_min * 60)
             reply = reply_for(decision, job, req, leaf_wait_s=wait_s, update=update)
             self.counts[reply["action"]] += 1
@@ -144,6 +147,14 @@ class PolicyServer:
             self.counts["internal_error"] += 1
             log.exception("internal error on a request; the shim accepts the job unchanged")
             return {"v": VERSION, "action": "error", "error": f"internal error: {exc}"}
+
+    def _wake_daemon(self, cfg: Config, now: datetime, name: str, account: str) -> None:
+        """Tell the daemon a job entered the lane, for a cycle that can make room for it
+        (:mod:`slurm_ml.wake`); never blocks, never fails the request."""
+        if not cfg.daemon.wake_socket or not wakes_on(cfg.policy.fast_lane):
+            return
+        sent = send_wake(cfg.daemon.wake_socket, Wake(now.timestamp(), name, account))
+        self.counts["wakes_sent" if sent else "wakes_unsent"] += 1
 
     def stats(self) -> dict[str, Any]:
         state = self.refresher.current

@@ -127,6 +127,17 @@ def test_systemd_units_are_least_privilege(tmp_path: Path) -> None:
     submitd = tmp_path / "units" / "slurm-ml-submitd.service"
     text = submitd.read_text()
     assert "RuntimeDirectory=slurm-ml\n" in text and "--group slurm" in text
+    # the daemon shares /run/slurm-ml (its wake socket) and keeps it when it stops
+    daemon = ini_of(tmp_path / "units" / "slurm-ml-daemon.service")["Service"]
+    assert daemon["RuntimeDirectory"] == "slurm-ml"
+    assert daemon["RuntimeDirectoryPreserve"] == "yes"
+
+
+def ini_of(unit: Path) -> configparser.ConfigParser:
+    ini = configparser.ConfigParser(strict=False, interpolation=None)
+    ini.optionxform = str  # type: ignore[assignment,method-assign]
+    ini.read(unit)
+    return ini
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")

@@ -554,3 +554,40 @@ def test_a_refresh_already_reading_does_not_serve_a_request_made_meanwhile() -> 
     reply = server.handle_line('{"op": "refresh"}')
     assert reply["request"] == requests[0] + 1
     assert server.handle_line('{"op": "stats"}')["stats"]["refresh_served"] == requests[0]
+
+
+@pytest.mark.parametrize("lane_requeues", [True, False])
+def test_a_lane_admission_wakes_the_daemon_when_the_lane_can_requeue(
+        tmp_path: Path, lane_requeues: bool) -> None:
+    """submitd sends one datagram to ``daemon.wake_socket`` per job it lanes, so that the
+    daemon's next cycle comes when the job may get room; with the lane's requeues off
+    there is nothing for a cycle to do, and nothing is sent."""
+    import tempfile
+
+    from slurm_ml.wake import Wake, WakeListener
+
+    data = copy.deepcopy(yaml.safe_load(EXAMPLE_TEXT))
+    data["policy"]["fast_lane"]["preempt_cap_fraction"] = 0.25 if lane_requeues else 0.0
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # AF_UNIX's 108-byte paths
+        path = Path(short) / "wake.sock"
+        data["daemon"]["wake_socket"] = str(path)
+        cfg = parse_config(data)
+        got: list[Wake] = []
+        arrived = threading.Event()
+        listener = WakeListener(path, lambda w: (got.append(w), arrived.set()))
+        try:
+            store = store_with([_lane_snapshot("llm-eval", 0, 0)], None)
+            clock = Clock()
+            refresher = StateRefresher(store, cfg, clock=clock)
+            refresher.refresh_once()
+            server = PolicyServer(cfg, refresher, clock=lambda: clock.now)
+            clock.now = T0 + timedelta(seconds=5)
+            assert "fast lane" in server.handle_line(_debug_job("dbg"))["message"]
+            assert arrived.wait(5 if lane_requeues else 0.5) is lane_requeues
+        finally:
+            listener.close()
+    if lane_requeues:
+        assert got == [Wake((T0 + timedelta(seconds=5)).timestamp(), "dbg", "llm-eval")]
+        assert server.stats()["counts"]["wakes_sent"] == 1
+    else:
+        assert got == [] and "wakes_sent" not in server.stats()["counts"]
