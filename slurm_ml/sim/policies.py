@@ -19,6 +19,7 @@ when a test swaps a function.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -202,6 +203,9 @@ class Budget(Policy):
                 job.account, job.gpus, held, sum(held.values()), self.lane_cap,
                 cfg=st.cfg.policy.fast_lane):
             held[job.account] = held.get(job.account, 0) + job.gpus  # until the next cycle
+            fl = st.cfg.policy.fast_lane
+            if self.contract and lane_requeue.wakes_on(fl):  # submitd wakes the daemon
+                heapq.heappush(st.wakes, lane_requeue.wake_for(st.now, fl))
             return self._key(task, fairshare.job_site_factor(
                 self.lane_value, 0, st.cfg.policy.fairshare, True))
         return self._key(task, self.account_band.get(task.spec.team, 0))

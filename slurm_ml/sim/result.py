@@ -64,5 +64,6 @@ class SimResult:
     preemptions: int = 0  # every requeue: the policy's contracts and Slurm's QOS preemption
     qos_preemptions: int = 0  # of which Slurm's: QOS alloc requeueing QOS free work
     node_faults: int = 0  # node faults injected (settings.faults) that took a node down
+    woken_cycles: int = 0  # extra policy cycles submitd's lane wakes brought forward
     fault_requeues: int = 0  # runs a node fault ended (requeued; not in preemptions)
     fault_lost_gpu_s: float = 0.0  # GPU-seconds those runs lost (not in jobs' lost_gpu_s)

@@ -110,6 +110,8 @@ class SimState:
     last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
     recent_requeues: list[tuple[int, int]] = field(default_factory=list)  # (epoch, GPUs)
     lane_requeues: list[tuple[int, int]] = field(default_factory=list)  # the lane's own
+    #: when submitd's lane wakes ask for a cycle (``policy.lane_requeue.wake_for``), a heap
+    wakes: list[float] = field(default_factory=list)
     pending_assocs: dict[tuple[str, str], int] = field(default_factory=dict)  # -> jobs
     pending_alloc: int = 0  # pending QOS alloc jobs (those that may preempt free work)
     #: the pending QOS alloc jobs as (remaining run time, job id), sorted: the scheduler's

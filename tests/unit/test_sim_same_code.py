@@ -152,7 +152,8 @@ def mixed_scenario(lane: bool = False) -> tuple[Config, list[SimJob]]:
     if lane:
         cfg = dataclasses.replace(cfg, policy=dataclasses.replace(
             cfg.policy, fast_lane=dataclasses.replace(
-                cfg.policy.fast_lane, gpus_fraction=0.25, preempt_cap_fraction=0.25)))
+                cfg.policy.fast_lane, gpus_fraction=0.25, preempt_cap_fraction=0.25,
+                wake_min_gap_s=0)))  # every cycle a regular one, compared (test_sim_wakes)
     jobs = [job(i, "a", 10.0 * i, 2, 20_000, min_runtime_s=[600, 1800, 600][i % 3],
                 resumable=i % 4 != 0) for i in range(1, 9)]
     jobs += [job(20 + i, "b", 1200 + 60 * i, 2, 3000, min_runtime_s=600) for i in range(3)]

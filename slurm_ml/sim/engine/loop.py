@@ -20,11 +20,12 @@ from slurm_ml.config import Config
 from slurm_ml.policy import fairshare
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.policy.fairshare.tree import flatten
+from slurm_ml.policy.lane_requeue import wake_cycle_at
 from slurm_ml.sim import state as es
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.engine.sample import sample
 from slurm_ml.sim.engine.sched import Scheduler
-from slurm_ml.sim.policies import POLICIES, BudgetCycleDecision, make_policy
+from slurm_ml.sim.policies import POLICIES, BudgetCycleDecision, CycleOutcome, make_policy
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
 from slurm_ml.sim.state import DONE, NEVER, PENDING, RUNNING, SimSettings, SimState, Task
 from slurm_ml.sim.workload import SimJob
@@ -101,6 +102,8 @@ class Engine:
         heapq.heapify(self._faults)
         self._node_faults = 0
         self._samples: list[CycleSample] = []
+        self._last_cycle_t: float | None = None  # when the last cycle (any kind) ran
+        self._woken = 0
         self._pruned_at = 0.0
         self._wall = 0.0
 
@@ -136,6 +139,8 @@ class Engine:
                     self._wall += time.perf_counter() - began
                     yield record
                     began = time.perf_counter()
+                elif t == self._wake_due():
+                    self._woken_cycle()
                 else:
                     self.sched.run()
                 if progress is not None and t >= mark:
@@ -160,7 +165,29 @@ class Engine:
         if idle and (st.settings.end_s is None or cycle > st.settings.end_s):
             return None
         fault = self._faults[0][0] if self._faults else math.inf
-        return min(arrival, end, cycle, fault)
+        return min(arrival, end, cycle, fault, self._wake_due())
+
+    def _wake_due(self) -> float:
+        """When submitd's earliest lane wake has the daemon cycle (inf: none waiting),
+        as the daemon's loop decides it (``policy.lane_requeue.wake_cycle_at``)."""
+        wakes = self.st.wakes
+        if not wakes:
+            return math.inf
+        return wake_cycle_at(wakes[0], self._last_cycle_t, self.st.cfg.policy.fast_lane)
+
+    def _served_wakes(self) -> None:
+        """A cycle now has served every wake due by now; it is the last cycle."""
+        st = self.st
+        while st.wakes and st.wakes[0] <= st.now:
+            heapq.heappop(st.wakes)
+        self._last_cycle_t = st.now
+
+    def _woken_cycle(self) -> None:
+        """A cycle a wake brought forward: the policy decides and Slurm schedules as in
+        a regular one, but it takes no sample and leaves the regular cycles' times (the
+        daemon's loop keeps its schedule too)."""
+        self._decide()
+        self._woken += 1
 
     def _events(self, t: float) -> None:
         st = self.st
@@ -183,9 +210,11 @@ class Engine:
             i += 1
         self._next_arrival = i
 
-    def _run_cycle(self) -> CycleRecord:
-        st, s = self.st, self.st.settings
-        out = self.policy.cycle(st, decide=self._decisions)
+    def _decide(self, *, decide: bool = False) -> CycleOutcome:
+        """The policy's cycle on the state now, its requeues, then Slurm's pass."""
+        st = self.st
+        self._served_wakes()
+        out = self.policy.cycle(st, decide=decide)
         st.fresh.clear()
         if out.reordered:
             if not out.sorted:
@@ -194,6 +223,11 @@ class Engine:
         for rq in out.requeues:
             self._requeue(st.by_id[rq.victim], rq.gpus, lane=rq.details.get("lane") is True)
         self.sched.run()
+        return out
+
+    def _run_cycle(self) -> CycleRecord:
+        st, s = self.st, self.st.settings
+        out = self._decide(decide=self._decisions)
         fair = out.fair
         if fair is None and self._cycle % s.owed_every == 0:  # fifo, slurm-fairshare
             fair = fairshare.fair_share(st.cfg, st.ledger, st.stamp(st.now),
@@ -370,6 +404,7 @@ class Engine:
                          samples=tuple(self._samples), team_weights=es.team_weights(st.cfg),
                          wall_s=self._wall, preemptions=st.preemptions,
                          qos_preemptions=st.qos_preemptions, node_faults=self._node_faults,
+                         woken_cycles=self._woken,
                          fault_requeues=st.fault_requeues,
                          fault_lost_gpu_s=st.fault_lost_gpu_s)
 
