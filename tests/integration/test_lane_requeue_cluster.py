@@ -13,17 +13,27 @@ as root, on a database of this module's own) runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_jobs import daemon_config, daemon_once, daemon_view, show, wait_state
+import yaml
+from slurm_jobs import daemon_config, daemon_once, daemon_view, refresh_submitd, show, wait_state
 from slurm_jobs import sbatch_timed as sbatch
 
 from slurm_ml import proc
+from slurm_ml.assets import DEFAULT_CONFIG
+from slurm_ml.config import load_config
+from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.devcluster.layout import Layout
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -64,8 +74,9 @@ def cfg(tmp_path: Path) -> Path:
         fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 0})
 
 
-def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
-        cfg: Path, pg_module_dsn: str, jobs: list[int]) -> None:
+def fill_past_protection(jobs: list[int]) -> tuple[list[int], int]:
+    """alice's resumable alloc work on every GPU, past its 1-minute protection, and
+    dave's node waiting: (alice's jobs, dave's)."""
     # --time=120: long work (a limit within short_job_time_limit_min would make these
     # short work, which counts against the lane's cap and is never a lane victim)
     fill = [sbatch("alice", "llm-pretrain", f"--gres=gpu:{g}", "--requeue", "--time=120",
@@ -77,6 +88,12 @@ def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
                         "--wrap", "sleep 900", jobs=jobs)
     wait_state(waiting, {"PENDING"}, timeout_s=30)
     time.sleep(max(0.0, 65 - (time.time() - started)))  # past alice's 1-minute protection
+    return fill, waiting
+
+
+def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
+        cfg: Path, pg_module_dsn: str, jobs: list[int]) -> None:
+    fill, waiting = fill_past_protection(jobs)
 
     debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
                               "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
@@ -106,3 +123,107 @@ def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
     assert [(m["kind"], m["victim"], m["dry_run"]) for m in made] == [
         ("lane_requeue", victim, False)]
     assert f"fast-lane job {debug}" in made[0]["reason"]
+
+
+# --------------------------------------------------------------------------- woken daemon
+
+
+class _SubmitdOnDsn(DevCluster):
+    """The dev cluster's submitd on a config and a database of the test's own (the
+    daemon below writes its lane room there); the socket slurmctld asks is the same."""
+
+    dsn = ""
+
+    def service_env(self) -> dict[str, str]:
+        return {**super().service_env(), "SLURM_ML_DSN": self.dsn}
+
+
+@pytest.fixture
+def wake_dir() -> Iterator[Path]:
+    """A short directory for the wake socket (AF_UNIX paths stop at 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="slurm-ml-wake-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def woken(tmp_path: Path, wake_dir: Path, pg_module_dsn: str,
+          slurm_conf: str) -> Iterator[tuple[Path, Path]]:
+    """A real daemon loop whose regular cycles are 10 minutes apart, listening on a wake
+    socket, and submitd restarted on the same config and database so that it wakes
+    it; afterwards the daemon stops and submitd runs the dev cluster's config again.
+    (config, daemon log)"""
+    cfg = daemon_config(
+        tmp_path / "woken.yaml", weights={"nlp": 70, "vision": 30},
+        fairshare={"window_hours": 0.05, "owed_bucket_s": 20, "cycle_interval_s": 600},
+        contracts={"preempt_cap_fraction": 0.01, "requeue_grace_s": 0,
+                   "preempt_after_wait_s": 0},
+        fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 5,
+                   "wake_min_gap_s": 1})
+    data = yaml.safe_load(cfg.read_text())
+    data["daemon"]["wake_socket"] = str(wake_dir / "wake.sock")
+    cfg.write_text(yaml.safe_dump(data))
+    cfg.chmod(0o644)
+    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
+    default = DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
+                         config_path=DEFAULT_CONFIG)
+    mine = _SubmitdOnDsn(load_config(cfg), Layout(root), say=lambda _m: None, config_path=cfg)
+    mine.dsn = pg_module_dsn
+    log = tmp_path / "daemon.log"
+    pid = None
+    try:
+        default.stop_submitd()
+        mine.start_submitd()
+        pid = proc.spawn_daemon([SLURM_ML, "-v", "daemon", "--config", str(cfg)],
+                                log_path=str(log), env={"SLURM_ML_DSN": pg_module_dsn})
+        deadline = time.monotonic() + 120
+        while not ((wake_dir / "wake.sock").exists() and "event=cycle_end" in log.read_text()):
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield cfg, log
+    finally:
+        if pid is not None:
+            _stop(pid)
+        mine.stop_submitd()
+        default.start_submitd()
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cycle(
+        woken: tuple[Path, Path], jobs: list[int]) -> None:
+    """The whole chain on the real cluster: submitd lanes carol's debug job and sends
+    the wake, the daemon (next regular cycle 10 minutes away) runs a cycle 6 s later
+    and requeues alice's work for it, and the job runs within the minute."""
+    cfg, log = woken
+    fill, waiting = fill_past_protection(jobs)
+    # the daemon's first cycle recorded the lane's room (alice's long jobs are not lane
+    # work, so it is still all free); submitd reads it
+    refresh_submitd(Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket)
+    cycles = log.read_text().count("event=cycle_end")
+    assert cycles == 1, log.read_text()[-3000:]  # the regular one is 10 minutes away
+
+    debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
+                              "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
+    assert '"lane":1' in show(debug).get("AdminComment", ""), show(debug)
+    fields = wait_state(debug, {"RUNNING"}, timeout_s=DEBUG_START_S + 30)
+    waited = time.time() - submitted
+    text = log.read_text()
+    assert waited <= DEBUG_START_S, f"debug job {debug} waited {waited:.0f} s: {fields}\n" \
+        f"{text[-4000:]}\n{explain(cfg)}"
+    assert "event=wake account=llm-eval" in text, text[-3000:]
+    assert text.count("event=cycle_end") == cycles + 1, text[-3000:]  # one woken cycle
+    victims = [j for j in fill if int(show(j).get("Restarts", "0")) == 1]
+    assert len(victims) == 1
+    assert show(waiting)["JobState"] == "PENDING"
