@@ -119,6 +119,9 @@ class FastLaneConfig:
     # protected runtime, of over-served allocations, the fewest GPU-hours lost first.
     preempt_cap_fraction: float = knob(0.0, share)
     preempt_after_s: float = knob(30.0, ge(0))  # a lane job waits this long before that
+    # Seconds between the checkpoint signal and the requeue for the lane's requeues (a
+    # debug job waits through it; contracts.requeue_grace_s is the others' grace).
+    requeue_grace_s: float = knob(20.0, ge(0))
     # With lane requeues on, submitd wakes the daemon (daemon.wake_socket) for a cycle
     # preempt_after_s after it puts a job in the lane, instead of the job waiting for the
     # next regular cycle; woken cycles come at least this far apart (0 = no wakes).

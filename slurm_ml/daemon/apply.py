@@ -115,23 +115,41 @@ class Applier:
     """Applies plans against one Slurm and one store (a real one: never a spooling one).
 
     ``contracts`` holds the checkpoint-signal knobs; without it requeues are plain ones.
+    ``lane_grace_s``: the grace of the fast lane's requeues (``lane_requeue``), which a
+    debug job waits through; None: the contracts' grace.
     """
 
     def __init__(self, slurm: SlurmClient, store: Store, *,
                  still_leader: Callable[[], bool] = lambda: True,
                  notify: Callable[[Action], None] | None = None,
                  after_intent: Callable[[Action], None] | None = None,
-                 contracts: ContractsConfig | None = None) -> None:
+                 contracts: ContractsConfig | None = None,
+                 lane_grace_s: float | None = None) -> None:
         self.slurm = slurm
         self.store = store
         self.still_leader = still_leader
         self.notify = notify
         self.after_intent = after_intent
         self.contracts = contracts
+        self.lane_grace_s = lane_grace_s
+
+    def grace_for(self, a: Action) -> float:
+        """Seconds between the checkpoint signal and the requeue of ``a`` (0: a plain
+        requeue)."""
+        if self.contracts is None:
+            return 0.0
+        if a.decision == "lane_requeue" and self.lane_grace_s is not None:
+            return self.lane_grace_s
+        return self.contracts.requeue_grace_s
 
     @property
     def signalling(self) -> bool:
-        return self.contracts is not None and self.contracts.requeue_grace_s > 0
+        """Whether any requeue is signalled first (so signals may be in flight)."""
+        return self.contracts is not None and self._longest_grace() > 0
+
+    def _longest_grace(self) -> float:
+        assert self.contracts is not None
+        return max(self.contracts.requeue_grace_s, self.lane_grace_s or 0.0)
 
     def apply(self, plan: Plan, *, dry_run: bool = False) -> ApplyReport:
         report = ApplyReport(cycle=plan.cycle, dry_run=dry_run)
@@ -194,8 +212,8 @@ class Applier:
     def _one(self, plan: Plan, a: Action, report: ApplyReport) -> None:
         details: dict[str, Any] = {"phase": "intent", "reason": a.reason, "kind": a.kind,
                                    "cycle": plan.cycle}
-        if a.kind == "requeue" and self.contracts is not None and self.signalling:
-            details["grace_s"] = self.contracts.requeue_grace_s
+        if a.kind == "requeue" and self.grace_for(a) > 0:
+            details["grace_s"] = self.grace_for(a)
         intent = AuditEntry(idempotency_key=a.key, actor=ACTOR, action=a.decision,
                             target=a.target, at=_at(plan.now), details=details)
         if not _landed(self.store.audit(intent)):
@@ -211,7 +229,7 @@ class Applier:
                         plan.cycle, a.key, a.job_id, a.node)
         if self.after_intent is not None:
             self.after_intent(a)
-        if a.kind == "requeue" and a.job_id is not None and self.signalling:
+        if a.kind == "requeue" and a.job_id is not None and self.grace_for(a) > 0:
             job = self._still_running(a.job_id)
             sig = self._signal_for(a.job_id) if job is not None else None
             if job is not None and sig is not None:
@@ -286,7 +304,7 @@ class Applier:
         """Requeues signalled in an earlier cycle (or run) and not done, by action key."""
         if self.contracts is None or not self.signalling:
             return {}
-        since = plan.now - int(self.contracts.requeue_grace_s) - PENDING_LOOKBACK_S
+        since = plan.now - int(self._longest_grace()) - PENDING_LOOKBACK_S
         rows = {d.idempotency_key.removesuffix("/signal"): d
                 for d in self.store.decisions_since(_at(since), kinds=[SIGNAL_KIND])
                 if not d.dry_run}
@@ -317,7 +335,7 @@ class Applier:
         """Phase one: record the signal, then send it; a later cycle requeues."""
         assert self.contracts is not None and a.job_id is not None
         signal, target, source = sig
-        grace = self.contracts.requeue_grace_s
+        grace = self.grace_for(a)
         after = plan.now + int(grace)
         facts: dict[str, Any] = {"signal": signal, "target": target, "source": source,
                                  "grace_s": grace, "signalled_at": plan.now,

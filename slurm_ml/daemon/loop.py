@@ -159,8 +159,10 @@ class Daemon:
         plan = plan_cycle(self.cfg, obs)
         applier = Applier(self.slurm, self.store, still_leader=self._still_leader,
                           notify=notify_command(self.cfg.policy.reclaim.notify_command),
-                          after_intent=self.after_intent, contracts=self.cfg.policy.contracts)
+                          after_intent=self.after_intent, contracts=self.cfg.policy.contracts,
+                          lane_grace_s=self.cfg.policy.fast_lane.requeue_grace_s)
         report = applier.apply(plan, dry_run=self.dry_run)
+        self._wake_at_grace_ends(plan, report, applier)
         self.metrics.record(plan, report)
         outcome = "dry_run" if self.dry_run else "acted"
         if report.failed:
@@ -190,6 +192,15 @@ class Daemon:
             return base
         return float(min(self.cfg.daemon.backoff_max_s, base * 2 ** (self.failures - 1)))
 
+    def _wake_at_grace_ends(self, plan: Plan, report: ApplyReport, applier: Applier) -> None:
+        """A signalled requeue is done by the first cycle after its grace: have that
+        cycle when the grace ends, not up to a whole interval later (the job it makes
+        room for waits through both)."""
+        if self.cfg.policy.fast_lane.wake_min_gap_s <= 0:
+            return
+        for a in report.signalled:
+            self.wakes.request(plan.now + int(applier.grace_for(a)))
+
     def wake(self, wake: Wake) -> None:
         """submitd laned a job at ``wake.at``: have a cycle when it may get room (the
         listener's thread calls this). Ignored while the lane's requeues are off."""
@@ -202,11 +213,11 @@ class Daemon:
                  wake.job_name, wake.at)
 
     def due_wake(self) -> float | None:
-        """When a woken cycle should run (epoch), or None: no wake, the lane's requeues
-        are off, or the last cycle failed (the back-off then decides)."""
+        """When a woken cycle should run (epoch), or None: no wake, wakes are off
+        (``wake_min_gap_s`` 0), or the last cycle failed (the back-off then decides)."""
         at = self.wakes.next_at()
         lane = self.cfg.policy.fast_lane
-        if at is None or self.failures or not wakes_on(lane):
+        if at is None or self.failures or lane.wake_min_gap_s <= 0:
             return None
         return wake_cycle_at(at, self.last_cycle_at, lane)
 

@@ -71,7 +71,8 @@ def cfg(tmp_path: Path) -> Path:
         fairshare={"window_hours": 0.05, "owed_bucket_s": 20, "cycle_interval_s": 3},
         contracts={"preempt_cap_fraction": 0.01, "requeue_grace_s": 0,
                    "preempt_after_wait_s": 0},
-        fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 0})
+        fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 0,
+                   "requeue_grace_s": 0})
 
 
 def fill_past_protection(jobs: list[int]) -> tuple[list[int], int]:
@@ -159,7 +160,7 @@ def woken(tmp_path: Path, wake_dir: Path, pg_module_dsn: str,
         contracts={"preempt_cap_fraction": 0.01, "requeue_grace_s": 0,
                    "preempt_after_wait_s": 0},
         fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 5,
-                   "wake_min_gap_s": 1})
+                   "wake_min_gap_s": 1, "requeue_grace_s": 15})
     data = yaml.safe_load(cfg.read_text())
     data["daemon"]["wake_socket"] = str(wake_dir / "wake.sock")
     cfg.write_text(yaml.safe_dump(data))
@@ -204,8 +205,9 @@ def _stop(pid: int) -> None:
 def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cycle(
         woken: tuple[Path, Path], jobs: list[int]) -> None:
     """The whole chain on the real cluster: submitd lanes carol's debug job and sends
-    the wake, the daemon (next regular cycle 10 minutes away) runs a cycle 6 s later
-    and requeues alice's work for it, and the job runs within the minute."""
+    the wake; the daemon (next regular cycle 10 minutes away) runs a cycle 6 s later,
+    signals one of alice's jobs to checkpoint, wakes itself when the lane's 15 s grace
+    ends and requeues it; the debug job runs within the minute."""
     cfg, log = woken
     fill, waiting = fill_past_protection(jobs)
     # the daemon's first cycle recorded the lane's room (alice's long jobs are not lane
@@ -223,7 +225,10 @@ def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cy
     assert waited <= DEBUG_START_S, f"debug job {debug} waited {waited:.0f} s: {fields}\n" \
         f"{text[-4000:]}\n{explain(cfg)}"
     assert "event=wake account=llm-eval" in text, text[-3000:]
-    assert text.count("event=cycle_end") == cycles + 1, text[-3000:]  # one woken cycle
+    # two woken cycles: the signal, then the requeue at the grace's end
+    assert text.count("event=cycle_end") == cycles + 2, text[-3000:]
+    assert "event=requeue_signalled" in text, text[-3000:]
+    print(f"debug job {debug} waited {waited:.1f} s")
     victims = [j for j in fill if int(show(j).get("Restarts", "0")) == 1]
     assert len(victims) == 1
     assert show(waiting)["JobState"] == "PENDING"

@@ -32,6 +32,7 @@ def config(**policy: dict[str, Any]) -> Config:
     # test_requeue_checkpoint).
     pol["contracts"].update(preempt_after_wait_s=0, preempt_cap_fraction=0.5,
                             requeue_grace_s=0)
+    pol["fast_lane"].update(requeue_grace_s=0)
     for section, knobs in policy.items():
         pol[section].update(knobs)
     return parse_config(copy.deepcopy(data))

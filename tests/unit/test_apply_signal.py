@@ -250,3 +250,33 @@ def test_signal_knobs_are_checked() -> None:
         data["policy"]["contracts"][knob] = value
         with pytest.raises(ConfigError, match=knob):
             parse_config(data)
+
+
+def _lane_plan(slurm: FakeSlurm, store: FakeStore) -> Plan:
+    plan = plan_cycle(CFG, observe(CFG, slurm, store, NOW))
+    lane = Action(kind="requeue", decision="lane_requeue", key="lr-1",
+                  reason="room for fast-lane job 99", job_id=1, gpus=4,
+                  details={"for_job": 99})
+    return replace(plan, actions=(lane,))
+
+
+@pytest.mark.parametrize(("lane_grace", "want"), [(20.0, 20.0), (None, 60.0), (0.0, 0.0)])
+def test_the_lanes_requeues_have_a_grace_of_their_own(lane_grace: float | None,
+                                                      want: float) -> None:
+    """A debug job waits through its victim's grace, so the lane's requeues take
+    ``fast_lane.requeue_grace_s`` (None: the contracts' 60 s); 0 is a plain requeue."""
+    slurm, store = world(), FakeStore()
+    applier = Applier(slurm, store, contracts=CONTRACTS, lane_grace_s=lane_grace)
+    plan = _lane_plan(slurm, store)
+    assert applier.grace_for(plan.actions[0]) == want
+    report = applier.apply(plan)
+    if want == 0:
+        assert [a.job_id for a in report.applied] == [1] and slurm.signals == []
+        return
+    assert [a.job_id for a in report.signalled] == [1]
+    signal = next(d for d in store.decisions_for_job(1) if d.kind == SIGNAL_KIND)
+    assert signal.details["requeue_after"] == NOW + int(want)
+    later = replace(plan, now=NOW + int(want) - 1)
+    assert [a.job_id for a in applier.apply(later).waiting] == [1]
+    done = applier.apply(replace(plan, now=NOW + int(want)))
+    assert [a.job_id for a in done.applied] == [1] and len(requeues(slurm)) == 1

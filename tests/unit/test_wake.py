@@ -224,3 +224,22 @@ def test_after_a_failure_the_back_off_decides_not_a_wake() -> None:
     assert d.due_wake() == 2.0
     d.failures = 1
     assert d.due_wake() is None
+
+
+def test_a_signalled_requeue_gets_a_cycle_when_its_grace_ends() -> None:
+    """The requeue itself comes from the first cycle after the grace: the daemon wakes
+    itself for it rather than leaving the starved job to wait up to an interval more."""
+    from daemon_helpers import NOW
+
+    cfg = config(fast_lane=LANE, contracts={"requeue_grace_s": 45.0,
+                                            "requeue_signal": "USR1"})
+    d = daemon(world(), FakeStore(), cfg=cfg)
+    result = d.cycle()
+    assert result.report is not None
+    assert [a.job_id for a in result.report.signalled] == [1]
+    assert d.wakes.next_at() == NOW + 45
+    off = config(fast_lane={**LANE, "wake_min_gap_s": 0},
+                 contracts={"requeue_grace_s": 45.0, "requeue_signal": "USR1"})
+    quiet = daemon(world(), FakeStore(), cfg=off)
+    quiet.cycle()
+    assert quiet.wakes.next_at() is None
