@@ -76,14 +76,16 @@ def sbatch_charged(user: str, account: str, *args: str) -> int:
 def daemon_config(path: Path, *, weights: dict[str, float] | None = None,
                   **policy: dict[str, Any]) -> Path:
     """The default config with ``policy`` section updates (and program ``weights``),
-    metrics off, a lock key of its own (tests never wait on another daemon's lock) and
-    its spool beside ``path``."""
+    metrics off, a lock key of its own (tests never wait on another daemon's lock), no
+    wake socket (test daemons would share the default path) and its spool beside
+    ``path``."""
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     for prog in data["budgets"]["programs"]:
         prog["weight"] = (weights or {}).get(prog["name"], prog["weight"])
     for section, knobs in policy.items():
         data["policy"][section].update(knobs)
-    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
+    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1,
+                          wake_socket="")
     data["store"]["spool_dir"] = str(path.parent / "spool")
     path.write_text(yaml.safe_dump(data))
     return path

@@ -41,7 +41,8 @@ def write_config(path: Path) -> Path:
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     pol = data["policy"]
     pol["contracts"].update(requeue_grace_s=0, preempt_cap_fraction=1.0)
-    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
+    data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1,
+                          wake_socket="")
     data["store"]["spool_dir"] = str(path.parent / "spool")
     path.write_text(yaml.safe_dump(data))
     return path
