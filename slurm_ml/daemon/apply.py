@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_ml.config.schema import ContractsConfig, signal_name
-from slurm_ml.daemon.plan import Action, Plan
+from slurm_ml.daemon.plan import SIGNAL_KIND, Action, Plan
 from slurm_ml.model import Job, JobState
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
@@ -43,8 +43,8 @@ from slurm_ml.store.records import AuditEntry, ReconcilerDecision, derive_key
 
 log = logging.getLogger(__name__)
 ACTOR = "slurm-ml/daemon"
-#: The decision kind of a checkpoint signal sent ahead of a requeue (``why`` shows it).
-SIGNAL_KIND = "requeue_signal"
+#: (``SIGNAL_KIND``, from plan: the decision of a checkpoint signal sent ahead of a
+#: requeue; ``why`` shows it and ``plan.ledger`` counts it until the requeue's own.)
 #: How long past its grace a signalled requeue is still finished (a daemon down that long).
 PENDING_LOOKBACK_S = 86400
 #: Ended states in which a signalled job is requeued all the same: it most likely ended of

@@ -30,7 +30,7 @@ ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
                     JobState.SUSPENDED})
 #: Decision kinds the daemon reads back: its own requeues and zombie warnings.
 HISTORY_KINDS = ("requeue", "lane_requeue", "zombie_warn", "zombie_requeue", "zombie_cancel",
-                 "repair_requeue")
+                 "repair_requeue", "requeue_signal")  # signals: plan.ledger
 
 
 @dataclass(frozen=True, slots=True)

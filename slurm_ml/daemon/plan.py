@@ -42,6 +42,12 @@ from slurm_ml.store.records import BudgetSnapshot, ReconcilerDecision, UtilSampl
 #: Decision kinds that requeued a job: the cooldown counts them all, the cluster cap all
 #: but the fast lane's (``lane_requeue``: a cap of its own, ``ledger``).
 REQUEUE_KINDS = ("requeue", "lane_requeue", "zombie_requeue", "repair_requeue")
+#: The decision a requeue with a grace records when it signals (``daemon.apply``); the
+#: requeue's own decision follows at the grace's end.
+SIGNAL_KIND = "requeue_signal"
+#: How long after its grace a signal with no requeue decision still holds its starved
+#: job back from new requeues (the next cycles finish it; this bounds a lost one).
+IN_FLIGHT_SLACK_S = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +88,71 @@ def _epoch(at: datetime) -> int:
     return int(at.timestamp())
 
 
+@dataclass(frozen=True, slots=True)
+class Signalled:
+    """A requeue whose checkpoint signal was sent and whose requeue is not recorded yet:
+    its victim is as good as gone and its GPUs as good as spent."""
+
+    victim: int
+    kind: str  # the requeue's decision: "requeue", "lane_requeue", ...
+    gpus: int
+    at: int  # when it was signalled
+    requeue_after: int
+    for_job: int | None
+
+
+def signalled(history: Sequence[ReconcilerDecision]) -> list[Signalled]:
+    """The signals in ``history`` whose requeue decision is not in it (yet)."""
+    done = {d.idempotency_key for d in history if d.kind in REQUEUE_KINDS}
+    out: list[Signalled] = []
+    for d in history:
+        if d.kind != SIGNAL_KIND or d.dry_run or d.job_id is None:
+            continue
+        if d.idempotency_key.removesuffix("/signal") in done:
+            continue
+        action = d.details.get("action")
+        action = action if isinstance(action, dict) else {}
+        more = action.get("details")
+        for_job = more.get("for_job") if isinstance(more, dict) else None
+        gpus, after = action.get("gpus"), d.details.get("requeue_after")
+        at = _epoch(d.decided_at)
+        out.append(Signalled(
+            victim=d.job_id, kind=str(d.details.get("for", "requeue")),
+            gpus=gpus if isinstance(gpus, int) else 0, at=at,
+            requeue_after=after if isinstance(after, int) else at,
+            for_job=for_job if isinstance(for_job, int) else None))
+    return out
+
+
 def ledger(history: Sequence[ReconcilerDecision]) -> PreemptionLedger:
     """slurm-ml's past requeues: every kind counts for the per-job cooldown; the fast
-    lane's go to its own cap (``lane_recent``), the others to the cluster's."""
+    lane's go to its own cap (``lane_recent``), the others to the cluster's.
+
+    A requeue still in its grace counts from its signal: otherwise the cycles inside the
+    grace (a woken one every few seconds) would see neither its GPUs spent nor its
+    victim taken, and could requeue past the cap or pick the victim again."""
     last: dict[int, int] = {}
     recent: list[tuple[int, int]] = []
     lane: list[tuple[int, int]] = []
+
+    def count(job_id: int, kind: str, at: int, gpus: object) -> None:
+        last[job_id] = max(last.get(job_id, 0), at)
+        (lane if kind == "lane_requeue" else recent).append(
+            (at, gpus if isinstance(gpus, int) else 0))
+
     for d in history:
         if d.kind in REQUEUE_KINDS and d.job_id is not None:
-            at = _epoch(d.decided_at)
-            last[d.job_id] = max(last.get(d.job_id, 0), at)
-            gpus = d.details.get("gpus")
-            (lane if d.kind == "lane_requeue" else recent).append(
-                (at, gpus if isinstance(gpus, int) else 0))
+            count(d.job_id, d.kind, _epoch(d.decided_at), d.details.get("gpus"))
+    for sig in signalled(history):
+        count(sig.victim, sig.kind, sig.at, sig.gpus)
     return PreemptionLedger(last_requeue=last, recent=recent, lane_recent=lane)
+
+
+def room_coming(history: Sequence[ReconcilerDecision], now: int) -> set[int]:
+    """Jobs a signalled requeue is making room for: no new requeue for them while
+    their victim's grace runs (and ``IN_FLIGHT_SLACK_S`` after)."""
+    return {s.for_job for s in signalled(history)
+            if s.for_job is not None and now <= s.requeue_after + IN_FLIGHT_SLACK_S}
 
 
 def warned_at(history: Sequence[ReconcilerDecision]) -> dict[int, int]:
@@ -236,7 +293,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")],
         lane_recent=book.lane_recent)
-    waiting = views.waiting_jobs(cfg, jobs)
+    coming = room_coming(history, now)
+    waiting = [w for w in views.waiting_jobs(cfg, jobs) if w.job_id not in coming]
     positions = allocation_positions(fair, running)
     requeues = plan_requeues(
         now, candidates, waiting, positions, book,

@@ -280,3 +280,34 @@ def test_the_lanes_requeues_have_a_grace_of_their_own(lane_grace: float | None,
     assert [a.job_id for a in applier.apply(later).waiting] == [1]
     done = applier.apply(replace(plan, now=NOW + int(want)))
     assert [a.job_id for a in done.applied] == [1] and len(requeues(slurm)) == 1
+
+
+def test_inside_the_grace_no_cycle_requeues_again_or_past_the_cap() -> None:
+    """While job 1's grace runs it is as good as requeued: the ledger charges its GPUs
+    from the signal on and cools it down, and the job it makes room for gets no second
+    victim; the cycles inside the grace (woken ones come every few seconds) only wait,
+    and the one after it requeues job 1, once."""
+    from slurm_ml.daemon.plan import ledger, room_coming, signalled
+
+    slurm, store = world(), FakeStore()
+    plan, first = cycle(slurm, store, NOW)
+    (action,) = [a for a in plan.actions if a.kind == "requeue"]
+    assert [a.job_id for a in first.signalled] == [1]
+    history = observe(CFG, slurm, store, NOW + 10).history
+    (sig,) = signalled(history)
+    assert (sig.victim, sig.kind, sig.gpus, sig.at, sig.requeue_after) == (
+        1, "requeue", 4, NOW, NOW + 60)
+    assert sig.for_job == action.details["for_job"]
+    book = ledger(history)
+    assert book.recent == [(NOW, 4)] and book.last_requeue == {1: NOW}
+    assert room_coming(history, NOW + 10) == {sig.for_job}
+    for at in (NOW + 10, NOW + 20, NOW + 40):
+        inside, report = cycle(slurm, store, at)
+        assert not [a for a in inside.actions if a.kind == "requeue"], inside.actions
+        assert [a.job_id for a in report.waiting] == [1] and not report.signalled
+    _, after = cycle(slurm, store, NOW + 61)
+    assert [(a.decision, a.job_id) for a in after.applied] == [("requeue", 1)]
+    assert len(requeues(slurm)) == 1 and slurm.signals == [(1, "USR1", "batch")]
+    # the requeue's own decision replaces the signal in the ledger: counted once
+    history = observe(CFG, slurm, store, NOW + 62).history
+    assert signalled(history) == [] and ledger(history).recent == [(NOW + 61, 4)]
