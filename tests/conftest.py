@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,10 +60,31 @@ def fresh_database(admin_dsn: str) -> Iterator[str]:
     try:
         yield make_conninfo(admin_dsn, dbname=name)
     finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        _drop_database(admin_dsn, name)
+
+
+def _drop_database(admin_dsn: str, name: str, timeout_s: float = 30) -> None:
+    """DROP DATABASE ... WITH (FORCE), which fails for a role that is not a superuser
+    while an autovacuum worker (a superuser's backend) works on the database: seen in CI
+    (``InsufficientPrivilege: must be a member of the role whose process is being
+    terminated``). A plain DROP makes autovacuum leave, so retry with that."""
+    import psycopg
+    from psycopg import sql
+
+    force = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    plain = sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name))
+    deadline = time.monotonic() + timeout_s
+    query = force
+    while True:
+        try:
+            with psycopg.connect(admin_dsn, autocommit=True) as conn:
+                conn.execute(query)
+            return
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+            if time.monotonic() >= deadline:
+                raise
+            query = plain if query is force else force
+            time.sleep(1)
 
 
 @pytest.fixture
