@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_ml.config.schema import ContractsConfig, signal_name
-from slurm_ml.daemon.plan import SIGNAL_KIND, Action, Plan
+from slurm_ml.daemon.plan import SIGNAL_KIND, Action, Plan, action_json, signalled_action
 from slurm_ml.model import Job, JobState
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
@@ -99,18 +99,6 @@ def _landed(outcome: WriteOutcome) -> bool:
     return outcome is WriteOutcome.LANDED
 
 
-def _action_json(a: Action) -> dict[str, Any]:
-    return {"kind": a.kind, "decision": a.decision, "key": a.key, "reason": a.reason,
-            "job_id": a.job_id, "node": a.node, "gpus": a.gpus, "details": a.details}
-
-
-def _action_of(d: ReconcilerDecision) -> Action:
-    """The requeue a ``requeue_signal`` decision promised, as its plan had it."""
-    a = d.details["action"]
-    return Action(kind=a["kind"], decision=a["decision"], key=a["key"], reason=a["reason"],
-                  job_id=a["job_id"], node=a["node"], gpus=a["gpus"], details=a["details"])
-
-
 class Applier:
     """Applies plans against one Slurm and one store (a real one: never a spooling one).
 
@@ -162,7 +150,7 @@ class Applier:
                 planned = {a.key for a in plan.actions}
                 # signalled in an earlier cycle and no longer planned: still requeued
                 todo: list[tuple[Action, ReconcilerDecision | None]] = [
-                    (_action_of(d), d) for k, d in flight.items() if k not in planned]
+                    (signalled_action(d), d) for k, d in flight.items() if k not in planned]
                 todo += [(a, flight.get(a.key)) for a in plan.actions]
                 for action, signalled in todo:
                     if not self.still_leader():
@@ -346,7 +334,7 @@ class Applier:
             kind=SIGNAL_KIND, decided_at=_at(plan.now), dry_run=False,
             reason=f"sent SIG{signal} to job {a.job_id} ({target}) so that it can checkpoint; "
                    f"it is requeued {grace:g} s later ({a.decision}: {a.reason})",
-            details={**facts, "for": a.decision, "action": _action_json(a)}))
+            details={**facts, "for": a.decision, "action": action_json(a)}))
         error = ""
         try:
             self.slurm.signal_job(a.job_id, signal, target=target)

@@ -101,6 +101,19 @@ class Signalled:
     for_job: int | None
 
 
+def action_json(a: Action) -> dict[str, Any]:
+    """``a`` as a ``requeue_signal`` decision keeps it (``signalled_action`` reads it)."""
+    return {"kind": a.kind, "decision": a.decision, "key": a.key, "reason": a.reason,
+            "job_id": a.job_id, "node": a.node, "gpus": a.gpus, "details": a.details}
+
+
+def signalled_action(d: ReconcilerDecision) -> Action:
+    """The requeue a ``requeue_signal`` decision promised, as its plan had it."""
+    a = d.details["action"]
+    return Action(kind=a["kind"], decision=a["decision"], key=a["key"], reason=a["reason"],
+                  job_id=a["job_id"], node=a["node"], gpus=a["gpus"], details=a["details"])
+
+
 def signalled(history: Sequence[ReconcilerDecision]) -> list[Signalled]:
     """The signals in ``history`` whose requeue decision is not in it (yet)."""
     done = {d.idempotency_key for d in history if d.kind in REQUEUE_KINDS}
@@ -108,17 +121,13 @@ def signalled(history: Sequence[ReconcilerDecision]) -> list[Signalled]:
     for d in history:
         if d.kind != SIGNAL_KIND or d.dry_run or d.job_id is None:
             continue
-        if d.idempotency_key.removesuffix("/signal") in done:
+        a = signalled_action(d)
+        if a.key in done:
             continue
-        action = d.details.get("action")
-        action = action if isinstance(action, dict) else {}
-        more = action.get("details")
-        for_job = more.get("for_job") if isinstance(more, dict) else None
-        gpus, after = action.get("gpus"), d.details.get("requeue_after")
-        at = _epoch(d.decided_at)
+        at, after, for_job = _epoch(d.decided_at), d.details.get("requeue_after"), \
+            a.details.get("for_job")
         out.append(Signalled(
-            victim=d.job_id, kind=str(d.details.get("for", "requeue")),
-            gpus=gpus if isinstance(gpus, int) else 0, at=at,
+            victim=d.job_id, kind=a.decision, gpus=a.gpus, at=at,
             requeue_after=after if isinstance(after, int) else at,
             for_job=for_job if isinstance(for_job, int) else None))
     return out
