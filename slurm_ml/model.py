@@ -157,6 +157,8 @@ class Job:
     #: GPUs in the allocation (AllocTRES ``gres/gpu``) once the job has one; None before
     #: it starts or where the cluster does not account gres/gpu.
     alloc_gpus: int | None = None
+    #: When Slurm preempted it (its grace runs until ``end_time``); None: not preempted.
+    preempt_time: int | None = None
 
     @property
     def total_gpus(self) -> int:

@@ -177,8 +177,10 @@ class FakeSlurm:
                 raise self._err(f"Requested operation is presently disabled for job {jid}")
             if job.state is JobState.PENDING:
                 raise self._err(f"Job is pending execution for job {jid}")
+            # a preempted job's preemption is over too (preempt_time 0 in squeue once
+            # requeued: tests/fixtures/slurm/22.05/preempt_grace)
             self.jobs[jid] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes="",
-                                     start_time=None, end_time=None)
+                                     start_time=None, end_time=None, preempt_time=None)
 
     def cancel(self, job_ids: Sequence[int]) -> None:
         self._call("scancel", *map(str, job_ids))

@@ -359,6 +359,7 @@ def job_from_json(j: Mapping[str, Any]) -> Job:
         num_tasks=_json_tasks(j, num_nodes),
         sockets_per_node=json_number(j.get("sockets_per_node")) or None,
         alloc_gpus=_alloc_gpus(state, str(j.get("tres_alloc_str") or "")),
+        preempt_time=json_number(j.get("preempt_time")) or None,
     )
 
 
