@@ -122,9 +122,10 @@ class FastLaneConfig:
     # Seconds between the checkpoint signal and the requeue for the lane's requeues (a
     # debug job waits through it; contracts.requeue_grace_s is the others' grace).
     requeue_grace_s: float = knob(20.0, ge(0))
-    # With lane requeues on, submitd wakes the daemon (daemon.wake_socket) for a cycle
-    # preempt_after_s after it puts a job in the lane, instead of the job waiting for the
-    # next regular cycle; woken cycles come at least this far apart (0 = no wakes).
+    # submitd wakes the daemon (daemon.wake_socket) when it puts a job in the lane, for a
+    # cycle at the end of the grace of the free work Slurm preempts for it (which the
+    # daemon then requeues: policy.preempt_grace) and, with lane requeues on, one
+    # preempt_after_s after; woken cycles come at least this far apart (0 = no wakes).
     wake_min_gap_s: float = knob(10.0, ge(0))
 
 

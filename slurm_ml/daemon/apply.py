@@ -33,7 +33,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_ml.config.schema import ContractsConfig, signal_name
-from slurm_ml.daemon.plan import SIGNAL_KIND, Action, Plan, action_json, signalled_action
+from slurm_ml.daemon.plan import (
+    PREEMPT_KIND,
+    SIGNAL_KIND,
+    Action,
+    Plan,
+    action_json,
+    signalled_action,
+)
 from slurm_ml.model import Job, JobState
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
@@ -124,7 +131,7 @@ class Applier:
     def grace_for(self, a: Action) -> float:
         """Seconds between the checkpoint signal and the requeue of ``a`` (0: a plain
         requeue)."""
-        if self.contracts is None:
+        if self.contracts is None or a.decision == PREEMPT_KIND:  # its grace was Slurm's
             return 0.0
         if a.decision == "lane_requeue" and self.lane_grace_s is not None:
             return self.lane_grace_s

@@ -7,8 +7,9 @@ comes after an exponential back-off (capped by ``daemon.backoff_max_s``). SIGHUP
 re-reads the config; a bad file is logged and the old config stays.
 
 Between regular cycles a wake from submitd (:mod:`slurm_ml.wake`: a job entered the
-fast lane) brings a cycle forward to when that job may get room from the lane's
-requeues; regular cycles keep their own schedule.
+fast lane) brings cycles forward to when that job may get room: the end of the grace of
+the free work Slurm preempts for it, and the lane's requeues; a cycle that sees a
+preemption in its grace comes back at its end. Regular cycles keep their own schedule.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from slurm_ml.daemon.apply import Applier, ApplyReport
 from slurm_ml.daemon.metrics import Metrics
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import Action, Plan, plan_cycle
-from slurm_ml.policy.lane_requeue import wake_cycle_at, wake_for, wakes_on
+from slurm_ml.policy.lane_requeue import wake_cycle_at, wake_times, wakes_on
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.errors import StoreError
@@ -193,22 +194,25 @@ class Daemon:
         return float(min(self.cfg.daemon.backoff_max_s, base * 2 ** (self.failures - 1)))
 
     def _wake_at_grace_ends(self, plan: Plan, report: ApplyReport, applier: Applier) -> None:
-        """A signalled requeue is done by the first cycle after its grace: have that
-        cycle when the grace ends, not up to a whole interval later (the job it makes
-        room for waits through both)."""
+        """A signalled requeue is done by the first cycle after its grace, and so is a
+        preemption of Slurm's (``plan.wake_at``): have that cycle when the grace ends, not
+        up to a whole interval later (the job it makes room for waits through both)."""
         if self.cfg.policy.fast_lane.wake_min_gap_s <= 0:
             return
         for a in report.signalled:
             self.wakes.request(plan.now + int(applier.grace_for(a)))
+        for at in plan.wake_at:
+            self.wakes.request(at)
 
     def wake(self, wake: Wake) -> None:
-        """submitd laned a job at ``wake.at``: have a cycle when it may get room (the
-        listener's thread calls this). Ignored while the lane's requeues are off."""
+        """submitd laned a job at ``wake.at``: have cycles when it may get room (the
+        listener's thread calls this). Ignored while wakes are off."""
         lane = self.cfg.policy.fast_lane
         if not wakes_on(lane):
             return
         self.metrics.wakes.inc()
-        self.wakes.request(wake_for(wake.at, lane))
+        for at in wake_times(wake.at, lane, self.cfg.policy.contracts.free_grace_s):
+            self.wakes.request(at)
         log.info("event=wake account=%s name=%s admitted_at=%.0f", wake.account,
                  wake.job_name, wake.at)
 

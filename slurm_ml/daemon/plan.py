@@ -18,6 +18,7 @@ from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.repair_view import node_events
 from slurm_ml.model import Job, JobState
+from slurm_ml.policy import preempt_grace
 from slurm_ml.policy.contracts import (
     PreemptionLedger,
     allocation_positions,
@@ -45,6 +46,10 @@ REQUEUE_KINDS = ("requeue", "lane_requeue", "zombie_requeue", "repair_requeue")
 #: The decision a requeue with a grace records when it signals (``daemon.apply``); the
 #: requeue's own decision follows at the grace's end.
 SIGNAL_KIND = "requeue_signal"
+#: The decision of a requeue that finishes Slurm's own preemption of a job whose grace
+#: ended (:mod:`slurm_ml.policy.preempt_grace`): Slurm chose it, so no cap or cooldown
+#: counts it.
+PREEMPT_KIND = "preempt_requeue"
 #: How long after its grace a signal with no requeue decision still holds its starved
 #: job back from new requeues (the next cycles finish it; this bounds a lost one).
 IN_FLIGHT_SLACK_S = 300
@@ -82,6 +87,8 @@ class Plan:
     changed: dict[int, int]  # only those that differ from what Slurm has now
     actions: tuple[Action, ...]
     snapshots: tuple[BudgetSnapshot, ...]
+    #: when this plan wants its next cycles: the ends of Slurm's preemption graces
+    wake_at: tuple[int, ...] = ()
 
 
 def _epoch(at: datetime) -> int:
@@ -279,9 +286,18 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     running = views.running_jobs(cfg, jobs)
     starts = {r.job_id: r.start for r in running}
     history = list(obs.history)
-    zombies = zombie_verdicts(now, running, views.gpu_samples(obs.samples),
-                              warned_at(history), cfg.policy.reclaim)
     acted: set[int] = set()
+    for job in preempt_grace.overdue(now, jobs):
+        acted.add(job.job_id)
+        actions.append(Action(
+            kind="requeue", decision=PREEMPT_KIND, job_id=job.job_id, gpus=job.total_gpus,
+            reason=preempt_grace.why_overdue(job, now),
+            key=derive_key(f"daemon.{PREEMPT_KIND}", job.job_id, job.start_time),
+            details={"gpus": job.total_gpus, "qos": job.qos,
+                     "preempt_time": job.preempt_time, "grace_end": job.end_time}))
+    zombies = [z for z in zombie_verdicts(now, running, views.gpu_samples(obs.samples),
+                                          warned_at(history), cfg.policy.reclaim)
+               if z.job_id not in acted]
     gpus_of = {r.job_id: r.gpus for r in running}
     for z in zombies:
         kind = {"warn": "warn", "requeue": "requeue", "cancel": "cancel"}[z.action]
@@ -296,7 +312,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
             key=derive_key(f"daemon.{decision}", z.job_id, starts.get(z.job_id), cause),
             details={**z.details, "gpus": gpus}))
 
-    candidates = [r for r in running if r.job_id not in acted]
+    # a job Slurm preempted is on its way out: no requeue of ours picks it
+    graced = {j.job_id for j in jobs if preempt_grace.in_grace(j)}
+    candidates = [r for r in running if r.job_id not in acted and r.job_id not in graced]
     book = ledger(history)
     # this cycle's zombie requeues use up the cluster cap too
     book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
@@ -343,7 +361,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
 
     actions += repair_actions(cfg, obs, actions, skip_nodes=seen)
     return Plan(now=now, cycle=now, fair=fair, site_factors=targets, changed=changed,
-                actions=tuple(actions), snapshots=snapshots(fair, now, lane))
+                actions=tuple(actions), snapshots=snapshots(fair, now, lane),
+                wake_at=tuple(preempt_grace.grace_ends(now, jobs)))
 
 
 def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) -> RepairPlan:

@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from slurm_ml.config import ContractsConfig, FastLaneConfig
+from slurm_ml.policy import preempt_grace
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import (
     AllocationPosition,
@@ -42,8 +43,8 @@ from slurm_ml.policy.contracts import (
 )
 from slurm_ml.policy.placement import NodeMap, Planner
 
-__all__ = ["lane_budget_left", "lane_cap_gpus", "plan_lane_requeues", "wake_cycle_at",
-           "wake_for", "wakes_on"]
+__all__ = ["lane_budget_left", "lane_cap_gpus", "lane_requeues_on", "plan_lane_requeues",
+           "wake_cycle_at", "wake_for", "wake_times", "wakes_on"]
 
 
 def lane_cap_gpus(total_gpus: int, cfg: FastLaneConfig) -> int:
@@ -52,9 +53,16 @@ def lane_cap_gpus(total_gpus: int, cfg: FastLaneConfig) -> int:
 
 
 def wakes_on(cfg: FastLaneConfig) -> bool:
-    """Whether a lane admission wakes the daemon: only the lane's requeues need a cycle
-    (the lane's SiteFactor is set at admission already)."""
-    return cfg.wake_min_gap_s > 0 and cfg.preempt_cap_fraction > 0
+    """Whether a lane admission wakes the daemon (``wake_min_gap_s`` > 0): a cycle at
+    the end of the grace Slurm gives the free work it preempts for the job finishes that
+    preemption (:mod:`slurm_ml.policy.preempt_grace`), and with the lane's requeues on,
+    a cycle can requeue for it."""
+    return cfg.wake_min_gap_s > 0
+
+
+def lane_requeues_on(cfg: FastLaneConfig) -> bool:
+    """Whether the lane requeues allocated work of its own (``preempt_cap_fraction``)."""
+    return cfg.preempt_cap_fraction > 0
 
 
 def wake_for(admitted_at: float, cfg: FastLaneConfig) -> float:
@@ -62,6 +70,19 @@ def wake_for(admitted_at: float, cfg: FastLaneConfig) -> float:
     waited ``preempt_after_s``, plus a second (Slurm's submit time and the daemon's
     clock are whole seconds)."""
     return admitted_at + cfg.preempt_after_s + 1
+
+
+def wake_times(admitted_at: float, cfg: FastLaneConfig,
+               free_grace_s: float) -> tuple[float, ...]:
+    """The cycles a job laned at ``admitted_at`` asks for: when the grace of free work
+    Slurm preempts for it ends (QOS free's GraceTime, ``free_grace_s``; Slurm preempts
+    within a second or two of the submission, and a later start is caught by the cycle's
+    own wake, ``Plan.wake_at``), and when the lane may requeue for it."""
+    out = {admitted_at + preempt_grace.PREEMPT_DELAY_S + free_grace_s
+           + preempt_grace.WAKE_SLACK_S}
+    if lane_requeues_on(cfg):
+        out.add(wake_for(admitted_at, cfg))
+    return tuple(sorted(out))
 
 
 def wake_cycle_at(wake: float, last_cycle_at: float | None, cfg: FastLaneConfig) -> float:

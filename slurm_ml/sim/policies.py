@@ -204,7 +204,8 @@ class Budget(Policy):
                 cfg=st.cfg.policy.fast_lane):
             held[job.account] = held.get(job.account, 0) + job.gpus  # until the next cycle
             fl = st.cfg.policy.fast_lane
-            if self.contract and lane_requeue.wakes_on(fl):  # submitd wakes the daemon
+            # submitd wakes the daemon; the sim's victims stop at once (no grace to end)
+            if self.contract and lane_requeue.wakes_on(fl) and lane_requeue.lane_requeues_on(fl):
                 heapq.heappush(st.wakes, lane_requeue.wake_for(st.now, fl))
             return self._key(task, fairshare.job_site_factor(
                 self.lane_value, 0, st.cfg.policy.fairshare, True))

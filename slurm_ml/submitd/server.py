@@ -149,8 +149,9 @@ class PolicyServer:
             return {"v": VERSION, "action": "error", "error": f"internal error: {exc}"}
 
     def _wake_daemon(self, cfg: Config, now: datetime, name: str, account: str) -> None:
-        """Tell the daemon a job entered the lane, for a cycle that can make room for it
-        (:mod:`slurm_ml.wake`); never blocks, never fails the request."""
+        """Tell the daemon a job entered the lane, for the cycles that can make room for
+        it (:mod:`slurm_ml.wake`, ``lane_requeue.wake_times``); never blocks, never fails
+        the request."""
         if not cfg.daemon.wake_socket or not wakes_on(cfg.policy.fast_lane):
             return
         sent = send_wake(cfg.daemon.wake_socket, Wake(now.timestamp(), name, account))

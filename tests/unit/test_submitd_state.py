@@ -556,18 +556,21 @@ def test_a_refresh_already_reading_does_not_serve_a_request_made_meanwhile() -> 
     assert server.handle_line('{"op": "stats"}')["stats"]["refresh_served"] == requests[0]
 
 
-@pytest.mark.parametrize("lane_requeues", [True, False])
-def test_a_lane_admission_wakes_the_daemon_when_the_lane_can_requeue(
-        tmp_path: Path, lane_requeues: bool) -> None:
+@pytest.mark.parametrize(("lane_requeues", "min_gap_s"), [(True, 10), (False, 10), (True, 0)])
+def test_a_lane_admission_wakes_the_daemon_unless_wakes_are_off(
+        tmp_path: Path, lane_requeues: bool, min_gap_s: int) -> None:
     """submitd sends one datagram to ``daemon.wake_socket`` per job it lanes, so that the
-    daemon's next cycle comes when the job may get room; with the lane's requeues off
-    there is nothing for a cycle to do, and nothing is sent."""
+    daemon's cycles come when the job may get room: at the end of the grace of the free
+    work Slurm preempts for it, whether or not the lane requeues too; with
+    ``wake_min_gap_s`` 0 (wakes off) nothing is sent."""
     import tempfile
 
     from slurm_ml.wake import Wake, WakeListener
 
     data = copy.deepcopy(yaml.safe_load(EXAMPLE_TEXT))
     data["policy"]["fast_lane"]["preempt_cap_fraction"] = 0.25 if lane_requeues else 0.0
+    data["policy"]["fast_lane"]["wake_min_gap_s"] = min_gap_s
+    sends = min_gap_s > 0
     with tempfile.TemporaryDirectory(dir="/tmp") as short:  # AF_UNIX's 108-byte paths
         path = Path(short) / "wake.sock"
         data["daemon"]["wake_socket"] = str(path)
@@ -583,10 +586,10 @@ def test_a_lane_admission_wakes_the_daemon_when_the_lane_can_requeue(
             server = PolicyServer(cfg, refresher, clock=lambda: clock.now)
             clock.now = T0 + timedelta(seconds=5)
             assert "fast lane" in server.handle_line(_debug_job("dbg"))["message"]
-            assert arrived.wait(5 if lane_requeues else 0.5) is lane_requeues
+            assert arrived.wait(5 if sends else 0.5) is sends
         finally:
             listener.close()
-    if lane_requeues:
+    if sends:
         assert got == [Wake((T0 + timedelta(seconds=5)).timestamp(), "dbg", "llm-eval")]
         assert server.stats()["counts"]["wakes_sent"] == 1
     else:

@@ -18,7 +18,7 @@ from daemon_helpers import config, daemon, world
 
 from slurm_ml.config import FastLaneConfig
 from slurm_ml.daemon.loop import Daemon
-from slurm_ml.policy.lane_requeue import wake_cycle_at, wake_for, wakes_on
+from slurm_ml.policy.lane_requeue import wake_cycle_at, wake_for, wake_times, wakes_on
 from slurm_ml.store.fake import FakeStore
 from slurm_ml.wake import Wake, WakeBox, WakeError, WakeListener, decode, encode, send_wake
 
@@ -127,9 +127,13 @@ def test_sending_never_fails_the_caller(tmp_path: Path) -> None:
 def test_the_timing_rules() -> None:
     lane = FastLaneConfig(preempt_cap_fraction=0.02, preempt_after_s=30, wake_min_gap_s=10)
     assert wakes_on(lane)
-    assert not wakes_on(FastLaneConfig(preempt_cap_fraction=0.0))  # no lane requeues
+    assert wakes_on(FastLaneConfig(preempt_cap_fraction=0.0))  # Slurm's preemption's end
     assert not wakes_on(FastLaneConfig(preempt_cap_fraction=0.02, wake_min_gap_s=0))
     assert wake_for(100.0, lane) == 131.0  # waited preempt_after_s, plus a second
+    # Slurm preempts free work within 2 s of the submission; its 30 s grace ends by 132
+    assert wake_times(100.0, lane, free_grace_s=30) == (131.0, 133.0)
+    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 30) == (133.0,)
+    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 0) == (103.0,)
     assert wake_cycle_at(131.0, None, lane) == 131.0
     assert wake_cycle_at(131.0, 100.0, lane) == 131.0
     assert wake_cycle_at(131.0, 125.0, lane) == 135.0  # no closer than the gap
@@ -212,10 +216,20 @@ def test_wakes_run_no_closer_than_the_gap() -> None:
         t.join(10)
 
 
-def test_a_wake_is_ignored_while_the_lane_cannot_requeue() -> None:
-    d = daemon(world(), FakeStore(), cfg=config(fast_lane={"preempt_cap_fraction": 0.0}))
+def test_a_wake_is_ignored_while_wakes_are_off() -> None:
+    d = daemon(world(), FakeStore(), cfg=config(fast_lane={"wake_min_gap_s": 0}))
     d.wake(Wake(1.0))
     assert d.wakes.next_at() is None and d.due_wake() is None
+
+
+def test_without_lane_requeues_a_wake_asks_for_the_end_of_slurms_grace() -> None:
+    """The lane's requeues off (the default): Slurm still preempts free work for the laned
+    job, and a cycle at the grace's end finishes that (``policy.preempt_grace``)."""
+    cfg = config(fast_lane={"preempt_cap_fraction": 0.0, "wake_min_gap_s": 10},
+                 contracts={"free_grace_s": 30})
+    d = daemon(world(), FakeStore(), cfg=cfg)
+    d.wake(Wake(1000.0))
+    assert d.wakes.next_at() == 1000.0 + 2 + 30 + 1
 
 
 def test_after_a_failure_the_back_off_decides_not_a_wake() -> None:
