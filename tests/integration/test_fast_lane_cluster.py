@@ -3,26 +3,30 @@ cluster, through the fast lane, and ``slurm-ml why`` says how.
 
 Every GPU is busy: allocated work of nlp (alice, ``--no-requeue``, so the contracts have
 no victim) on the a100_80g nodes, unallocated work (QOS free, ``--time-min=0``) on the
-rest, and a whole a100 node of vision's allocated work waiting behind them. The daemon's
-cycle plan (``plan_cycle`` on what slurmctld reports) records the lane's room in the
-budget snapshots admission reads, written as the daemon writes them; its actions are not
-applied (the shared database holds other tests' health history, and a real daemon cycle
-would drain nodes for it, "repair at the contract"). Then carol submits
-a debug job (1 GPU, a 10-minute limit and contract). Admission puts it in the fast lane,
-so it ranks above every band, and Slurm's preempt/qos requeues free work to start it.
+rest, and a whole a100 node of vision's allocated work waiting behind them. The daemon
+runs as a real loop with the default policy (the lane's own requeues off) on a database
+of this module's own, its regular cycles 10 minutes apart; its first cycle records the
+lane's room that admission reads. Then carol submits a debug job (1 GPU, a 10-minute
+limit and contract). Admission puts it in the fast lane, so it ranks above every band,
+and Slurm's preempt/qos preempts free work for it at once, with QOS free's 30 s grace.
+Slurm itself would requeue that work only at its next 30-s time-limit sweep
+(``policy.preempt_grace``): the daemon, woken by submitd, does it at the grace's end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_jobs import refresh_submitd, show, wait_state
+from slurm_jobs import daemon_config, refresh_submitd, show, wait_state
 from slurm_jobs import sbatch_timed as sbatch
+from woken_daemon import woken_daemon
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -42,6 +46,17 @@ SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 DEBUG_START_S = 60
 
 
+@pytest.fixture
+def woken(tmp_path: Path, pg_dsn: str, slurm_conf: str) -> Iterator[tuple[Path, Path, str]]:
+    """The daemon with the default policy, regular cycles 10 minutes apart, woken by
+    submitd (:func:`woken_daemon.woken_daemon`), on the test's own database. (config,
+    daemon log, DSN)"""
+    cfg = daemon_config(tmp_path / "lane.yaml", fairshare={"cycle_interval_s": 600})
+    log = tmp_path / "daemon.log"
+    with woken_daemon(cfg, pg_dsn, log):
+        yield cfg, log, pg_dsn
+
+
 def record_lane(dsn: str) -> None:
     """The budget snapshots of the daemon's plan for now, lane room included."""
     cfg = load_config(DEFAULT_CONFIG)
@@ -52,8 +67,8 @@ def record_lane(dsn: str) -> None:
             store.record_budget_snapshot(snap)
 
 
-def refresh(cluster: DevCluster) -> None:
-    refresh_submitd(cluster.layout.submitd_socket)
+def refresh() -> None:
+    refresh_submitd(Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket)
 
 
 @pytest.fixture
@@ -88,42 +103,63 @@ def fill(jobs: list[int]) -> dict[str, list[int]]:
 
 
 def test_debug_job_starts_within_a_minute_on_a_full_cluster(
-        cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
+        woken: tuple[Path, Path, str], jobs: list[int]) -> None:
+    cfg, log, dsn = woken
     held = fill(jobs)
-    record_lane(admin_dsn)
-    refresh(cluster)
+    refresh()
 
     debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
                               "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
     fields = wait_state(debug, {"RUNNING"}, timeout_s=DEBUG_START_S + 30)
     waited = time.time() - submitted
-    assert waited <= DEBUG_START_S, f"debug job {debug} waited {waited:.0f} s: {fields}"
+    assert waited <= DEBUG_START_S, f"debug job {debug} waited {waited:.0f} s: {fields}\n" \
+        f"{log.read_text()[-4000:]}"
+    print(f"debug job {debug} waited {waited:.1f} s")
+    # the woken cycle at the grace's end (if Slurm's sweep came first, it finds the
+    # preemption done and has nothing to finish)
+    deadline = time.monotonic() + 45
+    while log.read_text().count("event=cycle_end") < 2:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    dlog = log.read_text()
 
-    lane = lane_site_factor(load_config(DEFAULT_CONFIG).policy.fairshare,
-                            associations(load_config(DEFAULT_CONFIG).budgets))
+    conf = load_config(cfg)
+    lane = lane_site_factor(conf.policy.fairshare, associations(conf.budgets))
     assert '"lane":1' in fields["AdminComment"], fields["AdminComment"]
     assert fields["QOS"] == "alloc"
-    # free work made room: at least one free job was requeued (or is being)
+    # free work made room: one free job was preempted, and requeued at its grace's end by
+    # the daemon (woken by submitd), or by Slurm's sweep if that came first
     states = {j: show(j)["JobState"] for j in held["free"]}
     assert any(s != "RUNNING" for s in states.values()), states
+    assert "event=wake account=llm-eval" in dlog, dlog[-3000:]
+    finished = [int(j) for j in re.findall(r"event=preempt_requeue job=(\d+)", dlog)]
+    assert all(j in held["free"] for j in finished), dlog[-3000:]
     assert show(held["waiting"][0])["JobState"] == "PENDING"  # nothing else jumped ahead
 
-    why = proc.run([SLURM_ML, "why", str(debug), "--json"], check=False, timeout_s=60,
-                   env={**os.environ, "SLURM_ML_DSN": admin_dsn})
+    env = {**os.environ, "SLURM_ML_DSN": dsn}
+    why = proc.run([SLURM_ML, "why", str(debug), "--config", str(cfg), "--json"],
+                   check=False, timeout_s=60, env=env)
     assert why.returncode == 0, why.stderr
     data = json.loads(why.stdout)
     assert data["lane"]["member"] is True and data["lane"]["site_factor"] == lane
     assert data["lane"]["admitted_in_lane"] is True
-    text = proc.run([SLURM_ML, "why", str(debug)], check=False, timeout_s=60,
-                    env={**os.environ, "SLURM_ML_DSN": admin_dsn}).stdout
+    text = proc.run([SLURM_ML, "why", str(debug), "--config", str(cfg)], check=False,
+                    timeout_s=60, env=env).stdout
     assert "Fast lane" in text and "preempts unallocated" in text, text
     assert "s after its submission" in text, text
+    # and a free job the daemon requeued says who did, and why
+    for victim in finished:
+        mine = proc.run([SLURM_ML, "why", str(victim), "--config", str(cfg), "--json"],
+                        check=False, timeout_s=60, env=env)
+        decided = json.loads(mine.stdout)["history"]
+        assert [d["kind"] for d in decided] == ["preempt_requeue"], decided
+        assert "grace ended" in decided[0]["reason"], decided
 
 
 def test_a_long_job_of_the_same_researcher_does_not_take_the_lane(
         cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
     record_lane(admin_dsn)
-    refresh(cluster)
+    refresh()
     long_job, _ = sbatch("carol", "llm-eval", "--hold", "--gres=gpu:1", "--time=120",
                          "--wrap", "true", jobs=jobs)
     fields = show(long_job)

@@ -13,27 +13,20 @@ as root, on a database of this module's own) runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from slurm_jobs import daemon_config, daemon_once, daemon_view, refresh_submitd, show, wait_state
 from slurm_jobs import sbatch_timed as sbatch
+from woken_daemon import woken_daemon
 
 from slurm_ml import proc
-from slurm_ml.assets import DEFAULT_CONFIG
-from slurm_ml.config import load_config
-from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -85,6 +78,9 @@ def fill_past_protection(jobs: list[int]) -> tuple[list[int], int]:
                    "--time-min=1", "--wrap", "sleep 900", jobs=jobs)[0] for g in FILL]
     for job in fill:
         wait_state(job, {"RUNNING"}, timeout_s=120)
+    # allocated work, as the lane's requeues need (budget routing sends an account over
+    # its budget in submitd's snapshots to free, which Slurm itself preempts)
+    assert {show(j)["QOS"] for j in fill} == {"alloc"}, [show(j)["QOS"] for j in fill]
     started = time.time()
     waiting, _ = sbatch("dave", "detection", "--gres=gpu:a100_80g:8", "--time=30",
                         "--wrap", "sleep 900", jobs=jobs)
@@ -130,31 +126,10 @@ def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
 # --------------------------------------------------------------------------- woken daemon
 
 
-class _SubmitdOnDsn(DevCluster):
-    """The dev cluster's submitd on a config and a database of the test's own (the
-    daemon below writes its lane room there); the socket slurmctld asks is the same."""
-
-    dsn = ""
-
-    def service_env(self) -> dict[str, str]:
-        return {**super().service_env(), "SLURM_ML_DSN": self.dsn}
-
-
 @pytest.fixture
-def wake_dir() -> Iterator[Path]:
-    """A short directory for the wake socket (AF_UNIX paths stop at 108 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="slurm-ml-wake-", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def woken(tmp_path: Path, wake_dir: Path, pg_module_dsn: str,
-          slurm_conf: str) -> Iterator[tuple[Path, Path]]:
-    """A real daemon loop whose regular cycles are 10 minutes apart, listening on a wake
-    socket, and submitd restarted on the same config and database so that it wakes
-    it; afterwards the daemon stops and submitd runs the dev cluster's config again.
-    (config, daemon log)"""
+def woken(tmp_path: Path, pg_dsn: str, slurm_conf: str) -> Iterator[tuple[Path, Path, str]]:
+    """A real daemon loop whose regular cycles are 10 minutes apart, woken by submitd
+    (:func:`woken_daemon.woken_daemon`). (config, daemon log)"""
     cfg = daemon_config(
         tmp_path / "woken.yaml", weights={"nlp": 70, "vision": 30},
         fairshare={"window_hours": 0.05, "owed_bucket_s": 20, "cycle_interval_s": 600},
@@ -162,54 +137,18 @@ def woken(tmp_path: Path, wake_dir: Path, pg_module_dsn: str,
                    "preempt_after_wait_s": 0},
         fast_lane={"preempt_cap_fraction": 0.25, "preempt_after_s": 5,
                    "wake_min_gap_s": 1, "requeue_grace_s": 15})
-    data = yaml.safe_load(cfg.read_text())
-    data["daemon"]["wake_socket"] = str(wake_dir / "wake.sock")
-    cfg.write_text(yaml.safe_dump(data))
-    cfg.chmod(0o644)
-    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
-    default = DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
-                         config_path=DEFAULT_CONFIG)
-    mine = _SubmitdOnDsn(load_config(cfg), Layout(root), say=lambda _m: None, config_path=cfg)
-    mine.dsn = pg_module_dsn
     log = tmp_path / "daemon.log"
-    pid = None
-    try:
-        default.stop_submitd()
-        mine.start_submitd()
-        pid = proc.spawn_daemon([SLURM_ML, "-v", "daemon", "--config", str(cfg)],
-                                log_path=str(log), env={"SLURM_ML_DSN": pg_module_dsn})
-        deadline = time.monotonic() + 120
-        while not ((wake_dir / "wake.sock").exists() and "event=cycle_end" in log.read_text()):
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
-        yield cfg, log
-    finally:
-        if pid is not None:
-            _stop(pid)
-        mine.stop_submitd()
-        default.start_submitd()
-
-
-def _stop(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    with woken_daemon(cfg, pg_dsn, log):
+        yield cfg, log, pg_dsn
 
 
 def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cycle(
-        woken: tuple[Path, Path], jobs: list[int]) -> None:
+        woken: tuple[Path, Path, str], jobs: list[int]) -> None:
     """The whole chain on the real cluster: submitd lanes carol's debug job and sends
     the wake; the daemon (next regular cycle 10 minutes away) runs a cycle 6 s later,
     signals one of alice's jobs to checkpoint, wakes itself when the lane's 15 s grace
     ends and requeues it; the debug job runs within the minute."""
-    cfg, log = woken
+    cfg, log, _dsn = woken
     fill, waiting = fill_past_protection(jobs)
     # the daemon's first cycle recorded the lane's room (alice's long jobs are not lane
     # work, so it is still all free); submitd reads it
