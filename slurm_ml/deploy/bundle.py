@@ -192,8 +192,17 @@ def parse_env_text(text: str, source: str = "<env file>") -> dict[str, str]:
     return out
 
 
+#: The units' RuntimeDirectory (both share it): a socket elsewhere needs ReadWritePaths.
+RUN_DIR = "/run/slurm-ml"
+
+
+def _socket_lines(socket: str, in_run_dir: str) -> str:
+    """``in_run_dir`` for a socket in ``RUN_DIR``, else its directory made writable."""
+    socket_dir = str(Path(socket).parent)
+    return in_run_dir if socket_dir == RUN_DIR else f"ReadWritePaths={socket_dir}"
+
+
 def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
-    socket_dir = str(Path(p.submitd_socket).parent)
     return {
         "service_user": p.service_user,
         "service_group": p.service_group,
@@ -201,9 +210,8 @@ def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
         "python": p.python,
         "config": str(p.config_path),
         "submitd_socket": p.submitd_socket,
-        "submitd_rw_line": ("# Nothing else is writable: the socket is in RuntimeDirectory."
-                            if socket_dir == "/run/slurm-ml"
-                            else f"ReadWritePaths={socket_dir}"),
+        "submitd_rw_line": _socket_lines(
+            p.submitd_socket, "# Nothing else is writable: the socket is in RuntimeDirectory."),
         "spool_dir": str(cfg.store.spool_dir),
         "wake_rw_lines": _wake_rw_lines(cfg.daemon.wake_socket),
     }
@@ -215,12 +223,10 @@ def _wake_rw_lines(wake_socket: str) -> str:
     socket's own directory made writable."""
     if not wake_socket:
         return "# No wake socket (daemon.wake_socket is empty)."
-    wake_dir = str(Path(wake_socket).parent)
-    if wake_dir == "/run/slurm-ml":
-        return ("# /run/slurm-ml, shared with submitd: the wake socket submitd sends to.\n"
-                "RuntimeDirectory=slurm-ml\nRuntimeDirectoryMode=0750\n"
-                "RuntimeDirectoryPreserve=yes")
-    return f"ReadWritePaths={wake_dir}"
+    return _socket_lines(wake_socket,
+                         "# /run/slurm-ml, shared with submitd: the wake socket submitd sends "
+                         "to.\nRuntimeDirectory=slurm-ml\nRuntimeDirectoryMode=0750\n"
+                         "RuntimeDirectoryPreserve=yes")
 
 
 def render_files(cfg: Config, p: InstallParams, src: Sources,
