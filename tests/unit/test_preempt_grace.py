@@ -147,3 +147,30 @@ def test_a_job_slurm_may_not_requeue_is_left_to_slurms_sweep() -> None:
     slurm.jobs[jid] = replace(slurm.jobs[jid], requeue=False)
     plan = plan_cycle(config(), observe(config(), slurm, FakeStore(), NOW))
     assert all(a.job_id != jid for a in plan.actions) and plan.wake_at == ()
+
+
+@given(st.lists(st.tuples(st.sampled_from(["gpu01", "gpu02", "gpu03", "gpu04"]),
+                          st.integers(-120, 60), st.booleans(), st.booleans()),
+                max_size=4, unique_by=lambda t: t[0]))
+def test_the_plan_finishes_only_slurms_overdue_preemptions_once_each(
+        extra: list[tuple[str, int, bool, bool]]) -> None:
+    """Whatever mix of free jobs Slurm has preempted (grace over or not, requeueable or
+    not), the plan's ``preempt_requeue`` actions are exactly the overdue requeueable ones,
+    each once, and no other requeue of the cycle picks a job in its grace."""
+    slurm = world()
+    for i, (node, end_off, requeue, preempted) in enumerate(extra):
+        slurm.add_job(job(40 + i, "bob", "llm-pretrain", gpus=1, qos="free",
+                          state=JobState.RUNNING, nodes=node, start=NOW - 7200,
+                          requeue=requeue, time_min=None,
+                          preempt_time=NOW + end_off - 30 if preempted else None,
+                          end_time=NOW + end_off if preempted else NOW + 3600))
+    cfg = config()
+    plan = plan_cycle(cfg, observe(cfg, slurm, FakeStore(), NOW))
+    jobs = list(slurm.jobs.values())
+    finished = [a.job_id for a in plan.actions if a.decision == PREEMPT_KIND]
+    assert sorted(finished) == sorted(j.job_id for j in overdue(NOW, jobs))
+    assert len(set(finished)) == len(finished)
+    graced = {j.job_id for j in jobs if in_grace(j)}
+    assert not [a for a in plan.actions if a.job_id in graced
+                and a.decision != PREEMPT_KIND]
+    assert list(plan.wake_at) == grace_ends(NOW, jobs)
