@@ -9,7 +9,10 @@ a full dev cluster started 37-60 s after its submission with a 30 s grace
 (``tests/fixtures/slurm/22.05/preempt_grace``). The daemon, woken at the grace's end,
 requeues the job itself: what Slurm's sweep does for ``PreemptMode=REQUEUE``, sooner.
 
-A job that may not be requeued is left to the sweep (Slurm cancels those).
+Only QOS free's jobs: slurm-ml's install gives that QOS ``PreemptMode=requeue``, so a
+requeue is what Slurm would do. A site's own QOS may preempt by cancelling (or
+suspending); those are left to Slurm, and so is a free job that may not be requeued
+(Slurm cancels those).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from slurm_ml.model import Job, JobState
+from slurm_ml.model import FREE_QOS, Job, JobState
 
 #: slurmctld's time-limit sweep period (``PERIODIC_TIMEOUT`` in slurmctld.h).
 SWEEP_S = 30
@@ -35,18 +38,23 @@ def in_grace(job: Job) -> bool:
             and job.end_time is not None)
 
 
+def finishable(job: Job) -> bool:
+    """Whether the daemon may finish ``job``'s preemption: in its grace, in QOS free
+    (whose PreemptMode is requeue), and requeueable."""
+    return in_grace(job) and job.qos == FREE_QOS and job.requeue
+
+
 def overdue(now: int, jobs: Sequence[Job]) -> list[Job]:
     """Preempted jobs whose grace has ended and that Slurm has not requeued yet: the
-    test slurmctld itself makes (``now >= end_time``), for requeueable jobs only."""
+    test slurmctld itself makes (``now >= end_time``), for :func:`finishable` ones."""
     return [j for j in jobs
-            if in_grace(j) and j.requeue and j.end_time is not None and now >= j.end_time]
+            if finishable(j) and j.end_time is not None and now >= j.end_time]
 
 
 def grace_ends(now: int, jobs: Sequence[Job]) -> list[int]:
     """When a cycle should come to finish the preemptions still in their grace."""
     return sorted({j.end_time + WAKE_SLACK_S for j in jobs
-                   if in_grace(j) and j.requeue and j.end_time is not None
-                   and j.end_time > now})
+                   if finishable(j) and j.end_time is not None and j.end_time > now})
 
 
 def why_overdue(job: Job, now: int) -> str:

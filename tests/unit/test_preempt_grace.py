@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from daemon_helpers import NOW, config, daemon, job, world
 from hypothesis import given
 from hypothesis import strategies as st
@@ -76,16 +77,18 @@ def test_once_requeued_there_is_nothing_left_to_finish() -> None:
 
 
 @given(st.integers(0, 200), st.integers(0, 120), st.booleans(),
-       st.sampled_from(list(JobState)))
-def test_every_preemption_is_either_overdue_or_awaited(now_off: int, grace: int,
-                                                       requeue: bool, state: JobState) -> None:
+       st.sampled_from(list(JobState)), st.sampled_from(["free", "alloc", "site-low"]))
+def test_every_preemption_is_either_overdue_or_awaited(
+        now_off: int, grace: int, requeue: bool, state: JobState, qos: str) -> None:
     preempted = NOW - 100
-    j = job(7, "bob", "llm-pretrain", qos="free", state=state, requeue=requeue,
+    j = job(7, "bob", "llm-pretrain", qos=qos, state=state, requeue=requeue,
             start=NOW - 3600, preempt_time=preempted, end_time=preempted + grace)
     now = NOW - 100 + now_off
     late, ends = overdue(now, [j]), grace_ends(now, [j])
-    if state != JobState.RUNNING or not requeue:
-        assert late == [] and ends == []  # not Slurm's to finish, or for Slurm's sweep
+    if state != JobState.RUNNING or not requeue or qos != "free":
+        # not a preemption any more, or one for Slurm's sweep: a job Slurm cancels, or a
+        # site QOS whose PreemptMode slurm-ml did not set
+        assert late == [] and ends == []
     else:
         assert (late == [j]) == (now >= preempted + grace)
         assert (ends == [preempted + grace + 1]) == (now < preempted + grace)
@@ -142,9 +145,13 @@ def test_in_its_grace_the_job_is_no_victim_and_a_cycle_is_asked_for_its_end() ->
     assert ("scontrol", "requeue", str(jid)) not in slurm.calls
 
 
-def test_a_job_slurm_may_not_requeue_is_left_to_slurms_sweep() -> None:
+@pytest.mark.parametrize("change", [{"requeue": False}, {"qos": "site-preempt-cancel"}])
+def test_a_preemption_slurm_would_not_end_in_a_requeue_is_left_to_its_sweep(
+        change: dict[str, object]) -> None:
+    """Slurm cancels a preempted job that may not be requeued, and a site's own QOS may
+    preempt by cancelling: a requeue there would not be what Slurm does."""
     slurm, jid = _graced(end=NOW - 5)
-    slurm.jobs[jid] = replace(slurm.jobs[jid], requeue=False)
+    slurm.jobs[jid] = replace(slurm.jobs[jid], **change)  # type: ignore[arg-type]
     plan = plan_cycle(config(), observe(config(), slurm, FakeStore(), NOW))
     assert all(a.job_id != jid for a in plan.actions) and plan.wake_at == ()
 
