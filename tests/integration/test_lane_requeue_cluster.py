@@ -69,9 +69,10 @@ def cfg(tmp_path: Path) -> Path:
                    "requeue_grace_s": 0})
 
 
-def fill_past_protection(jobs: list[int]) -> tuple[list[int], int]:
+def fill_past_protection(jobs: list[int], cfg: Path) -> tuple[list[int], int]:
     """alice's resumable alloc work on every GPU, past its 1-minute protection, and
-    dave's node waiting: (alice's jobs, dave's)."""
+    dave's node waiting, with nlp over-served in ``cfg``'s window: (alice's jobs,
+    dave's)."""
     # --time=120: long work (a limit within short_job_time_limit_min would make these
     # short work, which counts against the lane's cap and is never a lane victim)
     fill = [sbatch("alice", "llm-pretrain", f"--gres=gpu:{g}", "--requeue", "--time=120",
@@ -86,12 +87,27 @@ def fill_past_protection(jobs: list[int]) -> tuple[list[int], int]:
                         "--wrap", "sleep 900", jobs=jobs)
     wait_state(waiting, {"PENDING"}, timeout_s=30)
     time.sleep(max(0.0, 65 - (time.time() - started)))  # past alice's 1-minute protection
+    wait_over_served(cfg, "llm-pretrain")
     return fill, waiting
+
+
+def wait_over_served(cfg: Path, account: str, timeout_s: float = 200) -> None:
+    """Until ``account``'s delivered/owed in the 3-minute window is above 1: the lane
+    takes victims of over-served allocations only, and the window's earlier minutes hold
+    other tests' usage (on Debian 13 the one before once left llm-pretrain at 0.996).
+    Once the window holds this test alone, nlp fills the cluster while dave waits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pos = daemon_view(cfg).positions.get(account)
+        if pos is not None and pos.ratio is not None and pos.ratio > 1.0:
+            return
+        assert time.monotonic() < deadline, f"{account} is not over-served: {pos}"
+        time.sleep(5)
 
 
 def test_a_debug_job_gets_room_from_over_served_allocated_work_within_a_minute(
         cfg: Path, pg_module_dsn: str, jobs: list[int]) -> None:
-    fill, waiting = fill_past_protection(jobs)
+    fill, waiting = fill_past_protection(jobs, cfg)
 
     debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
                               "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
@@ -149,7 +165,7 @@ def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cy
     signals one of alice's jobs to checkpoint, wakes itself when the lane's 15 s grace
     ends and requeues it; the debug job runs within the minute."""
     cfg, log, _dsn = woken
-    fill, waiting = fill_past_protection(jobs)
+    fill, waiting = fill_past_protection(jobs, cfg)
     # the daemon's first cycle recorded the lane's room (alice's long jobs are not lane
     # work, so it is still all free); submitd reads it
     refresh_submitd(Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket)
