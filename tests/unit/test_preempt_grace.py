@@ -76,6 +76,23 @@ def test_once_requeued_there_is_nothing_left_to_finish() -> None:
     assert overdue(SUBMITTED + 120, jobs) == [] and grace_ends(SUBMITTED, jobs) == []
 
 
+def test_24_11_reports_the_same_preemption_in_its_own_shapes() -> None:
+    """24.11 prints times as {set, infinite, number} and states as lists; the same rule
+    reads them. In this capture Slurm's own sweep requeued the victim within 2 s of the
+    grace's end (its README), so there was nothing left to finish at 32 s."""
+    cap = CAPTURE.parents[1] / "24.11" / "preempt_grace"
+    notes = (cap / "versions.txt").read_text()
+    assert "24.11.5" in notes and "preemptor: 7 submitted at 1796419087" in notes
+    jobs = parse_squeue_json((cap / "in_grace__squeue.json").read_text())
+    victim = next(j for j in jobs if in_grace(j))
+    assert (victim.job_id, victim.qos, victim.state) == (3, "free", JobState.RUNNING)
+    assert victim.preempt_time == 1796419087 and victim.end_time == 1796419087 + 30
+    assert grace_ends(1796419092, jobs) == [1796419118]
+    assert overdue(1796419117, jobs) == [victim]
+    after = parse_squeue_json((cap / "past_grace__squeue.json").read_text())
+    assert overdue(1796419087 + 32, after) == [] and not any(in_grace(j) for j in after)
+
+
 @given(st.integers(0, 200), st.integers(0, 120), st.booleans(),
        st.sampled_from(list(JobState)), st.sampled_from(["free", "alloc", "site-low"]))
 def test_every_preemption_is_either_overdue_or_awaited(
