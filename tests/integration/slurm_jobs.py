@@ -101,11 +101,16 @@ def daemon_once(cfg: Path, dsn: str) -> dict[str, Any]:
     return data
 
 
-def refresh_submitd(sock: Path) -> None:
-    """Make submitd read the store now and wait until it has: until a refresh that began
+def refresh_submitd(sock: Path | None = None) -> None:
+    """Make submitd (on ``sock``, by default the dev cluster's socket) read the store now
+    and wait until it has: until a refresh that began
     after the request has finished (one already under way when it came may have read
     the store before the caller's writes; waiting for the next generation only was
     seen to return with the old state in CI)."""
+    if sock is None:
+        from slurm_ml.devcluster.layout import Layout
+
+        sock = Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket
     request = ask(sock, {"v": 1, "op": "refresh"})["request"]
     deadline = time.monotonic() + 15
     while ask(sock, {"v": 1, "op": "stats"})["stats"]["refresh_served"] < request:

@@ -67,10 +67,6 @@ def record_lane(dsn: str) -> None:
             store.record_budget_snapshot(snap)
 
 
-def refresh() -> None:
-    refresh_submitd(Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket)
-
-
 @pytest.fixture
 def cluster(slurm_conf: str) -> DevCluster:
     root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
@@ -106,7 +102,7 @@ def test_debug_job_starts_within_a_minute_on_a_full_cluster(
         woken: tuple[Path, Path, str], jobs: list[int]) -> None:
     cfg, log, dsn = woken
     held = fill(jobs)
-    refresh()
+    refresh_submitd()
 
     debug, submitted = sbatch("carol", "llm-eval", "--gres=gpu:1", "--time=10",
                               "--time-min=10", "--wrap", "sleep 300", jobs=jobs)
@@ -159,7 +155,7 @@ def test_debug_job_starts_within_a_minute_on_a_full_cluster(
 def test_a_long_job_of_the_same_researcher_does_not_take_the_lane(
         cluster: DevCluster, admin_dsn: str, jobs: list[int], tmp_path: Path) -> None:
     record_lane(admin_dsn)
-    refresh()
+    refresh_submitd()
     long_job, _ = sbatch("carol", "llm-eval", "--hold", "--gres=gpu:1", "--time=120",
                          "--wrap", "true", jobs=jobs)
     fields = show(long_job)

@@ -27,7 +27,6 @@ from slurm_jobs import sbatch_timed as sbatch
 from woken_daemon import woken_daemon
 
 from slurm_ml import proc
-from slurm_ml.devcluster.layout import Layout
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -168,7 +167,7 @@ def test_submitd_wakes_the_daemon_and_a_debug_job_starts_long_before_the_next_cy
     fill, waiting = fill_past_protection(jobs, cfg)
     # the daemon's first cycle recorded the lane's room (alice's long jobs are not lane
     # work, so it is still all free); submitd reads it
-    refresh_submitd(Layout(Path(os.environ["SLURM_ML_DEVCLUSTER"])).submitd_socket)
+    refresh_submitd()
     cycles = log.read_text().count("event=cycle_end")
     assert cycles == 1, log.read_text()[-3000:]  # the regular one is 10 minutes away
 

@@ -8,7 +8,6 @@ cap or cooldown spent, and a cycle asked for at the grace's end.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,10 +26,6 @@ from slurm_ml.store.fake import FakeStore
 CAPTURE = Path(__file__).parents[1] / "fixtures" / "slurm" / "22.05" / "preempt_grace"
 #: from the capture's versions.txt: the preemptor's submission, and the preempted job
 SUBMITTED, VICTIM, PREEMPTOR = 1796415126, 20, 24
-
-
-def _jobs(name: str) -> dict[int, object]:
-    return {j.job_id: j for j in parse_squeue_json((CAPTURE / name).read_text())}
 
 
 def test_the_capture_is_what_its_notes_say() -> None:
@@ -58,8 +53,7 @@ def test_a_job_in_its_grace_carries_its_preemption_and_its_new_end() -> None:
 def test_past_its_grace_slurm_still_runs_it_and_the_rule_finds_it() -> None:
     """Two seconds past the grace slurmctld still lists the job RUNNING: its requeue
     waits for the time-limit sweep. That is what the daemon finishes."""
-    raw = json.loads((CAPTURE / "past_grace__squeue.json").read_text())
-    jobs = parse_squeue_json(json.dumps(raw))
+    jobs = parse_squeue_json((CAPTURE / "past_grace__squeue.json").read_text())
     victim = next(j for j in jobs if j.job_id == VICTIM)
     assert victim.state == JobState.RUNNING and victim.end_time is not None
     captured_at = SUBMITTED + 32  # capture.sh: 30 + 2 s after the submission
