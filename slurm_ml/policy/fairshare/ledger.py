@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Protocol
 
+from slurm_ml.policy.fairshare.owed import OwedColumns
 from slurm_ml.policy.fairshare.tree import Association, FlatTree
 
 __all__ = ["FootprintLedger", "LedgerFootprint", "Tally", "sum_up"]
@@ -229,7 +230,7 @@ class FootprintLedger:
     before a time; windows must then start at or after it.
     """
 
-    __slots__ = ("_ask", "_count", "_floor", "_fps", "_pending", "_run")
+    __slots__ = ("_ask", "_count", "_floor", "_fps", "_pending", "_run", "owed_columns")
 
     def __init__(self) -> None:
         self._fps: dict[LedgerFootprint, int] = {}
@@ -238,6 +239,8 @@ class FootprintLedger:
         self._ask: dict[Association, _Steps] = {}  # alloc demand
         self._pending: dict[Association, float] = {}  # GPUs pending now (alloc and free)
         self._floor: int | None = None  # prune()d before this
+        #: the owed buckets of earlier windows, for ``fair_share`` to reuse
+        self.owed_columns = OwedColumns()
 
     def __iter__(self) -> Iterator[LedgerFootprint]:
         for fp, n in self._fps.items():
@@ -376,7 +379,7 @@ class FootprintLedger:
             leaf = leaf_of.get(assoc)
             if leaf is not None:
                 row = steps.buckets(start, now, bucket_s)
-                if max(row) > 0.0:
+                if any(row):  # every bucket is >= 0
                     demand[leaf] = row
         return out, demand
 

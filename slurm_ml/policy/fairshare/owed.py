@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from operator import truediv
 
@@ -131,13 +132,33 @@ def water_fill(caps: Sequence[float], demands: Sequence[Sequence[float]],
     return out
 
 
-def owed(tree: FlatTree, leaf_demand: dict[int, list[float]],
-         caps: Sequence[float]) -> tuple[list[float], list[float]]:
+def owed(tree: FlatTree, leaf_demand: dict[int, list[float]], caps: Sequence[float],
+         ) -> tuple[list[float], list[float]]:
     """(owed, demand) GPU-hours per node over the window.
 
     ``caps``: the cluster's GPU-hours per bucket. A node's owed is the sum of its
     children's, so capacity a whole level cannot use is simply owed to no one.
+    :class:`OwedColumns` gives the same sums, reusing an earlier window's buckets.
     """
+    dem, ent = _rows(tree, leaf_demand, caps)
+    owed_h = [0.0] * len(tree.kinds)
+    for leaf, row in ent.items():
+        owed_h[leaf] = sum(row)
+    return _sum_owed(tree, owed_h), [0.0 if row is None else sum(row) for row in dem]
+
+
+def _sum_owed(tree: FlatTree, owed_h: list[float]) -> list[float]:
+    """A parent is owed what its children are (children follow their parent)."""
+    for node in range(len(owed_h) - 1, -1, -1):
+        if tree.children[node]:
+            owed_h[node] = sum(owed_h[c] for c in tree.children[node])
+    return owed_h
+
+
+def _rows(tree: FlatTree, leaf_demand: dict[int, list[float]], caps: Sequence[float],
+          ) -> tuple[list[list[float] | None], dict[int, list[float]]]:
+    """Per node its demand per bucket (None: asked for nothing), and per leaf that asked
+    its entitlement per bucket. Every bucket is filled on its own."""
     n = len(tree.kinds)
     dem: list[list[float] | None] = [None] * n
     for leaf, row in leaf_demand.items():
@@ -149,11 +170,10 @@ def owed(tree: FlatTree, leaf_demand: dict[int, list[float]],
             dem[node] = rows[0]
         elif rows:
             dem[node] = [sum(col) for col in zip(*rows, strict=True)]
-    owed_h = [0.0] * n
-    demand_h = [0.0 if row is None else sum(row) for row in dem]
+    out: dict[int, list[float]] = {}
     root = dem[0]
     if root is None:
-        return owed_h, demand_h
+        return dem, out
     ent: list[list[float] | None] = [None] * n
     ent[0] = [d if d <= c else c for d, c in zip(root, caps, strict=True)]
     for node in range(n):
@@ -163,7 +183,7 @@ def owed(tree: FlatTree, leaf_demand: dict[int, list[float]],
         ent[node] = None  # the children's rows replace it; keeps peak memory down
         asking = [(c, asked) for c in tree.children[node] if (asked := dem[c]) is not None]
         if not asking:
-            owed_h[node] = sum(share)
+            out[node] = share
             continue
         if len(asking) == 1:  # an only child asking is owed all its parent is (<= its demand)
             shares = [share]
@@ -174,8 +194,105 @@ def owed(tree: FlatTree, leaf_demand: dict[int, list[float]],
             if tree.children[c]:
                 ent[c] = row
             else:
-                owed_h[c] = sum(row)
-    for node in range(n - 1, -1, -1):
-        if tree.children[node]:
-            owed_h[node] = sum(owed_h[c] for c in tree.children[node])
-    return owed_h, demand_h
+                out[c] = row
+    return dem, out
+
+
+#: Bucket phases :class:`OwedColumns` keeps (a 5-minute cycle has 12 an hour).
+_KEEP_PHASES = 32
+
+
+class OwedColumns:
+    """Each bucket's demand and entitlements per node, kept from one window to the next.
+
+    Buckets are filled one by one, so a bucket whose demand column (and cap) is the same
+    as in an earlier window has the same result. A window that slides by a cycle brings
+    its buckets back shifted (``FootprintLedger`` reuses their demand): per bucket phase
+    (the window start modulo the bucket length) the last window is kept, and only the
+    buckets after the first that differs from it are filled again. The sums are taken
+    in bucket order, exactly as :func:`owed` takes them, so the result is the same to
+    the bit. At most ``_KEEP_PHASES`` phases are kept, the most recently used.
+    """
+
+    __slots__ = ("_kept", "_tree")
+
+    def __init__(self) -> None:
+        self._tree: FlatTree | None = None
+        #: (phase, bucket length) -> the last window of that phase
+        self._kept: dict[tuple[float, float], _Kept] = {}
+
+    def owed(self, tree: FlatTree, leaf_demand: dict[int, list[float]],
+             caps: Sequence[float], start: int,
+             size_s: float) -> tuple[list[float], list[float]]:
+        """:func:`owed` of the same arguments, for the window of buckets ``size_s`` long
+        from ``start``, filling only the buckets that differ from the last such window."""
+        if tree is not self._tree:
+            self._tree = tree
+            self._kept.clear()
+        leaves = tuple(leaf_demand)
+        cols = list(zip(*leaf_demand.values(), strict=True))
+        caps = list(caps)
+        phase = (start % size_s, size_s)
+        nodes = _asking_nodes(tree, leaves)
+        old = self._kept.get(phase)
+        same, shift = 0, 0
+        if old is not None and old.leaves == leaves and old.start <= start:
+            shift = round((start - old.start) / size_s)
+            old_cols, old_caps = old.cols[shift:], old.caps[shift:]
+            same = min(len(cols), len(old_cols))
+            # the common case, compared whole: every kept bucket but the newest is unchanged
+            if cols[:same] != old_cols[:same] or caps[:same] != old_caps[:same]:
+                same = 0
+                for new_col, old_col, new_cap, old_cap in zip(cols, old_cols, caps, old_caps,
+                                                              strict=False):
+                    if new_col != old_col or new_cap != old_cap:
+                        break
+                    same += 1
+        if same < len(cols):
+            dem, ent = _rows(tree, {leaf: row[same:] for leaf, row in leaf_demand.items()},
+                             caps[same:])
+            fresh = [*(dem[n] or [] for n in nodes), *(ent[leaf] for leaf in leaves)]
+        else:
+            fresh = [[] for _ in range(len(nodes) + len(leaves))]
+        if same and old is not None:
+            rows = [kept[shift:shift + same] + new for kept, new in zip(old.rows, fresh,
+                                                                         strict=True)]
+        else:
+            rows = fresh
+        self._kept.pop(phase, None)  # the most recent phase last: the oldest goes first
+        self._kept[phase] = _Kept(start, leaves, cols, caps, rows)
+        if len(self._kept) > _KEEP_PHASES:  # woken cycles come at any phase
+            del self._kept[next(iter(self._kept))]
+        owed_h = [0.0] * len(tree.kinds)
+        demand_h = [0.0] * len(tree.kinds)
+        for node, row in zip(nodes, rows, strict=False):
+            demand_h[node] = sum(row)
+        for leaf, row in zip(leaves, rows[len(nodes):], strict=True):
+            owed_h[leaf] = sum(row)
+        return _sum_owed(tree, owed_h), demand_h
+
+    def __len__(self) -> int:
+        """The windows kept (one per bucket phase seen)."""
+        return len(self._kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One window as :class:`OwedColumns` keeps it."""
+
+    start: int
+    leaves: tuple[int, ...]  # the asking leaves, in the order their demand came
+    cols: list[tuple[float, ...]]  # per bucket, each leaf's demand
+    caps: list[float]
+    rows: list[list[float]]  # per asking node its demand, then per leaf its entitlement
+
+
+def _asking_nodes(tree: FlatTree, leaves: Sequence[int]) -> list[int]:
+    """The nodes with demand when ``leaves`` ask: those leaves and their ancestors."""
+    got: set[int] = set()
+    for leaf in leaves:
+        node = leaf
+        while node >= 0 and node not in got:
+            got.add(node)
+            node = tree.parents[node]
+    return sorted(got)

@@ -195,13 +195,16 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
     cap = capacity_billing_gpus(cfg) if capacity is None else capacity
     start = now - max(1, round(fcfg.window_hours * _HOUR))
     grid = DemandGrid(start, now, fcfg.owed_bucket_s)
+    caps = [cap * h for h in grid.bucket_hours()]
     if isinstance(footprints, FootprintLedger):
         tally, demand = footprints.window(tree, start, now, fcfg.owed_bucket_s)
+        owed_h, demand_h = (footprints.owed_columns.owed(tree, demand, caps, start,
+                                                          fcfg.owed_bucket_s)
+                            if demand else owed(tree, demand, caps))
     else:
         tally = _tally(tree, footprints, start, now)
         grid.extend(tally.asked)
-        demand = grid.demand()
-    owed_h, demand_h = owed(tree, demand, [cap * h for h in grid.bucket_hours()])
+        owed_h, demand_h = owed(tree, grid.demand(), caps)
     lfs = level_fs(tree, tally.delivered)
     order = tuple(tuple(tree.assoc_at[leaf] for leaf in group)
                   for group in fair_tree_order(tree, lfs))
