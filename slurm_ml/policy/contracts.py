@@ -346,7 +346,8 @@ def requeueable(now: int, running: Iterable[RunningJob],
 def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per input)
         now: int, running: Sequence[RunningJob], waiting: Sequence[WaitingJob],
         positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
-        nodes: NodeMap, total_gpus: int, cfg: ContractsConfig) -> list[Requeue]:
+        nodes: NodeMap, total_gpus: int, cfg: ContractsConfig, *,
+        in_order: bool = False) -> list[Requeue]:
     """Requeues that let starved jobs start, in scheduling order, within the budget.
 
     ``nodes`` is the room node by node (``placement.node_slots`` over every running job);
@@ -354,6 +355,8 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     starved; a starved one is served by the placement whose victims lose the fewest
     GPU-hours, or not at all (then the next starved job is considered). Positions, the
     room and the budget are updated after each job so that later decisions see them.
+    ``in_order``: ``waiting`` is in scheduling order already and ``order`` is not read
+    (the simulator's starved jobs, taken from its sorted queue).
     """
     budget_left = preemption_budget_left(now, ledger, total_gpus, cfg)
     if budget_left <= 0:
@@ -369,7 +372,7 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     out: list[Requeue] = []
     # (account, GPUs, types, billing) -> the planner version it found nothing at
     failed: dict[tuple[str, int, frozenset[str], float], int] = {}
-    for job in sorted(waiting, key=lambda w: (w.order, w.job_id)):
+    for job in waiting if in_order else sorted(waiting, key=lambda w: (w.order, w.job_id)):
         if state.budget_left <= 0:
             break
         pos = state.positions.get(job.account)

@@ -255,7 +255,7 @@ class Budget(Policy):
         # (see ``narrow``), so the room is not built
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
                                            placement_nodes_now(st),
-                                           st.cluster.total, ccfg,
+                                           st.cluster.total, ccfg, in_order=not decide,
                                            ) if starved and victims else []
         requeues += self._lane_requeues(st, now, laned, running, pos, ledger, requeues)
         decision = None
@@ -334,19 +334,19 @@ class Budget(Policy):
     def _starved(st: SimState, now: int, positions: dict[str, AllocationPosition],
                  teams: list[str]) -> list[WaitingJob]:
         """``starved_of`` the whole queue, from the alloc jobs of ``teams``
-        (``_starving_teams``), in queue order."""
+        (``_starving_teams``), in queue order. Their ``order`` is not their place: the
+        caller passes them to ``plan_requeues`` as already in order (``in_order``), the
+        only reader of ``order``."""
         cfg = st.cfg.policy.contracts
-        out: list[WaitingJob] = []
+        out: list[tuple[Key, WaitingJob]] = []
         for team in teams:
+            pos = positions.get(team)
             for task in st.alloc_of[team].values():
                 w = es.waiting_job(st, task, -1)
-                if contracts.is_starved(now, w, positions.get(team), {}, cfg):
-                    out.append(w)
-        by_id = st.by_id
-        out.sort(key=lambda w: by_id[w.job_id].key)  # the queue's order
-        # plan_requeues reads ``order`` only to take the jobs in queue order, so their
-        # ranks among the starved give the plan their places in the queue would
-        return [es.at_place(w, rank) for rank, w in enumerate(out)]
+                if contracts.is_starved(now, w, pos, {}, cfg):
+                    out.append((task.key, w))
+        out.sort(key=_first)  # the queue's order (keys are unique: they end in the job id)
+        return [w for _, w in out]
 
     def _lane(self, st: SimState) -> dict[int, int]:
         """This cycle's fast lane (``policy.fairshare.lane``, as the daemon's cycle runs
@@ -369,6 +369,10 @@ class Budget(Policy):
                                 associations=self.associations)
         self.lane_held = dict(got.held)
         return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
+
+
+def _first(pair: tuple[Key, WaitingJob]) -> Key:
+    return pair[0]
 
 
 def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917

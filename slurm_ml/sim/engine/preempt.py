@@ -87,4 +87,8 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
 
 
 def _held_on(task: Task, node: int) -> int:
-    return sum(g for n, g in task.alloc if n == node)
+    alloc = task.alloc
+    if len(alloc) == 1:  # most jobs: one node
+        n, g = alloc[0]
+        return g if n == node else 0
+    return sum(g for n, g in alloc if n == node)
