@@ -115,16 +115,26 @@ def route(req: JobRequest, cfg: Config, state: AdmissionState) -> Route:
     return _alloc(req, cfg, account, factor, state)
 
 
-def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None,
-           state: AdmissionState) -> Route:
+def protected_minutes(asked: int | None, time_limit_min: int | None,
+                      cfg: Config) -> tuple[int, str]:
+    """The minimum-runtime contract of an allocated job, in minutes, and why it is that
+    (for the researcher's note): its --time-min (``asked``, > 0) or the site default,
+    capped at ``policy.contracts.min_runtime_cap_min`` and at its --time limit. The
+    simulator gives trace jobs their contracts by this rule too."""
     cap = cfg.policy.contracts.min_runtime_cap_min
-    asked = req.time_min_min  # None or > 0 here: --time-min=0 went to free
     minutes = asked if asked is not None else cfg.policy.admission.default_min_runtime_min
     why = "" if asked is not None else " (the default; set --time-min to change it)"
     if minutes > cap:
         minutes, why = cap, f" (capped from {minutes} min, the most this cluster protects)"
-    if req.time_limit_min is not None and minutes > req.time_limit_min:
-        minutes, why = req.time_limit_min, " (your --time limit)"
+    if time_limit_min is not None and minutes > time_limit_min:
+        minutes, why = time_limit_min, " (your --time limit)"
+    return minutes, why
+
+
+def _alloc(req: JobRequest, cfg: Config, account: str, factor: int | None,
+           state: AdmissionState) -> Route:
+    asked = req.time_min_min  # None or > 0 here: --time-min=0 went to free
+    minutes, why = protected_minutes(asked, req.time_limit_min, cfg)
     note = (f"The job runs in QOS {ALLOC_QOS}, charged to {account}, and is protected from "
             f"requeue for its first {minutes} min{why}.")
     if asked is not None:

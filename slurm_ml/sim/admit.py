@@ -15,6 +15,7 @@ Pure: no I/O, the clock passed in.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -22,14 +23,15 @@ from typing import Any
 
 from slurm_ml.config import Config
 from slurm_ml.model import GpuRequest
+from slurm_ml.policy import routing
 from slurm_ml.policy.admission import AdmissionDecision, decide
 from slurm_ml.policy.admission_state import AdmissionState
 from slurm_ml.policy.cluster_view import ClusterView, cluster_view
 from slurm_ml.policy.request import JobRequest
-from slurm_ml.sim.scenario_file import Requests, ScenarioError
-from slurm_ml.sim.workload import SimJob
+from slurm_ml.sim.scenario_file import RUN, Requests, ScenarioError
+from slurm_ml.sim.workload import DEBUG, SimJob
 
-__all__ = ["admit_jobs", "draw_requests", "job_request"]
+__all__ = ["admit_jobs", "draw_contracts", "draw_requests", "job_request"]
 
 #: the clock admission is called with; it only stamps the decision record
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -82,6 +84,40 @@ def draw_requests(jobs: Sequence[SimJob], requests: Requests, *, seed: int,
             "note": "drawn per job from the scenario's requests distributions: the trace "
                     "has no GPU type or GPU memory columns"}
     return out, info
+
+
+def draw_contracts(jobs: Sequence[SimJob], min_runtime_h: Mapping[float | str, float],
+                   cfg: Config, *, seed: int) -> tuple[list[SimJob], dict[str, Any]]:
+    """Each allocated trace job's minimum-runtime contract from the --time-min its user
+    asks for, drawn from ``min_runtime_h`` (hours, or ``run``: its whole run), as
+    admission routes it (``routing.protected_minutes``: capped at
+    ``policy.contracts.min_runtime_cap_min``). Debug and free jobs keep theirs. Trace run
+    times are what jobs ran, not their --time limits, so no time-limit cap applies.
+
+    One draw per job from its own stream, so the type and memory draws do not move.
+    """
+    if not min_runtime_h:
+        return list(jobs), {}
+    rng = random.Random(f"sim.admit min_runtime {seed}")
+    out: list[SimJob] = []
+    drawn = capped = 0
+    for job in jobs:
+        h = _pick(rng, min_runtime_h)
+        if job.min_runtime_s <= 0 or job.kind == DEBUG:
+            out.append(job)
+            continue
+        asked = math.ceil(job.duration_s / 60) if h == RUN else math.ceil(float(h) * 60)
+        minutes, _ = routing.protected_minutes(max(1, asked), None, cfg)
+        capped += minutes < asked
+        drawn += 1
+        out.append(dataclasses.replace(job, min_runtime_s=minutes * 60.0))
+    return out, {
+        "min_runtime_h": {k if isinstance(k, str) else f"{k:g}": v
+                          for k, v in min_runtime_h.items()},
+        "contracts_drawn": drawn, "contracts_capped": capped,
+        "min_runtime_cap_min": cfg.policy.contracts.min_runtime_cap_min,
+        "contracts_note": "the --time-min each allocated trace job asks for is drawn "
+                          "(the trace has none), then capped as admission caps it"}
 
 
 def job_request(job: SimJob, *, gpus_per_node: int) -> JobRequest:

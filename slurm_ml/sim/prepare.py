@@ -164,13 +164,16 @@ def _admission(sc: Scenario, cfg: Config, trace: Trace) -> tuple[Trace, dict[str
     off) on every job (``sim.admit``)."""
     if sc.requests is None and not sc.admission:
         return trace, {}
-    from slurm_ml.sim.admit import admit_jobs, draw_requests
+    from slurm_ml.sim.admit import admit_jobs, draw_contracts, draw_requests
 
     jobs, info = list(trace.jobs), {}
     if sc.requests is not None:
         jobs, drawn = draw_requests(jobs, sc.requests, seed=sc.seed or 0,
                                     gpu_types=tuple(cfg.gpu_types), source=sc.source)
-        info["requests"] = drawn
+        jobs, contracts = draw_contracts(jobs, sc.requests.min_runtime_h, cfg,
+                                         seed=sc.seed or 0)
+        info["requests"] = {**drawn, **contracts,
+                            "synthetic": drawn["synthetic"] or bool(contracts)}
     jobs, admitted = admit_jobs(jobs, cfg, on=sc.admission)
     info.update(admitted)
     return dataclasses.replace(trace, jobs=tuple(jobs)), info

@@ -63,6 +63,13 @@ class Requests:
     #: asked type -> its own memory-need distribution (instead of ``mem_gb``)
     mem_gb_by_type: Mapping[str, Mapping[float, float]] = dataclasses.field(
         default_factory=dict)
+    #: the --time-min an allocated trace job asks for, in hours (``RUN``: its whole run);
+    #: empty: every such job keeps the trace's contract (1 h)
+    min_runtime_h: Mapping[float | str, float] = dataclasses.field(default_factory=dict)
+
+
+#: ``requests.min_runtime_h`` key: the job protects its whole run (--time-min = --time)
+RUN = "run"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,6 +126,8 @@ class Scenario:
             out["requests"]["mem_gb"] = {f"{k:g}": v for k, v in rq.mem_gb.items()}
             out["requests"]["mem_gb_by_type"] = {
                 t: {f"{k:g}": v for k, v in d.items()} for t, d in rq.mem_gb_by_type.items()}
+            out["requests"]["min_runtime_h"] = {
+                k if isinstance(k, str) else f"{k:g}": v for k, v in rq.min_runtime_h.items()}
         return out
 
 
@@ -377,9 +386,24 @@ def _distribution(r: _Reader, node: yaml.Node, what: str, example: str,
 
 
 def _requests(r: _Reader, node: yaml.Node) -> Requests:
-    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb"})
+    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb", "min_runtime_h"})
     if not rq:
-        raise r.fail(node, "requests: give gpu_type and/or mem_gb distributions")
+        raise r.fail(node, "requests: give gpu_type, mem_gb and/or min_runtime_h "
+                     "distributions")
+    contracts = (_distribution(r, rq.pop("min_runtime_h"), "requests.min_runtime_h",
+                               "{1: 0.6, 8: 0.3, run: 0.1}", lambda k: _hours_key(r, k))
+                 if "min_runtime_h" in rq else {})
+    return dataclasses.replace(_types_and_memory(r, node, rq), min_runtime_h=contracts)
+
+
+def _hours_key(r: _Reader, node: yaml.Node) -> float | str:
+    """A ``min_runtime_h`` outcome: hours (> 0; 0 would be QOS free) or ``run``."""
+    if r.value(node) == RUN:
+        return RUN
+    return r.number(node, "requests.min_runtime_h key (hours, or run)", strict=True)
+
+
+def _types_and_memory(r: _Reader, node: yaml.Node, rq: dict[str, yaml.Node]) -> Requests:
     gpu_type = (_distribution(r, rq["gpu_type"], "requests.gpu_type", "{a100_80g: 1.0}",
                               lambda k: r.string(k, "requests.gpu_type key"))
                 if "gpu_type" in rq else {})
