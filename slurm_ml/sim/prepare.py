@@ -145,8 +145,10 @@ def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None =
         cfg, trace = partition_by_team(cfg, trace, vc_nodes)
         size = sum(vc_nodes.values()) * DEFAULT_GPUS_PER_NODE
     trace, admitted = _admission(sc, cfg, trace)
-    settings = SimSettings() if sc.cycle_s is None else dataclasses.replace(
-        SimSettings(), cycle_s=sc.cycle_s)
+    # Slurm's GraceTime for QOS free, as install renders it from the config
+    settings = SimSettings(free_grace_s=float(cfg.policy.contracts.free_grace_s))
+    if sc.cycle_s is not None:
+        settings = dataclasses.replace(settings, cycle_s=sc.cycle_s)
     if sc.faults.rate_per_node_per_day > 0:
         settings = dataclasses.replace(settings, faults=node_faults(
             cfg, sc.faults, start_s=trace.jobs[0].submit_s, end_s=trace.jobs[-1].submit_s,
@@ -254,6 +256,7 @@ def scenario_info(prep: Prepared, judged: Sequence[Summary]) -> dict[str, Any]:
         "unallocated_fraction": sc.unallocated,
         "demand_ratio": None if prep.demand_ratio is None else round(prep.demand_ratio, 3),
         "cycle_s": prep.settings.cycle_s,
+        "free_grace_s": prep.settings.free_grace_s,
         **({"admission": dict(prep.admission)} if prep.admission else {}),
         "measured_window_s": list(first.window) if first else None,
         "partitioned_by_team": sc.partition_by_team,

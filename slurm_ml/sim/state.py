@@ -49,10 +49,15 @@ class SimSettings:
     #: last checkpoint and the node takes no work until repaired (``sim.faults``)
     faults: tuple[tuple[float, str, float], ...] = ()
     epoch_s: int = 1_600_000_000  # simulated second 0 as the policies' epoch clock
+    #: QOS free's GraceTime: a free job Slurm preempts runs on this long (its checkpoint
+    #: time) before it is requeued, and its preemptor waits for it; 0: at once. The
+    #: engine's default is 0; ``prepare`` (``slurm-ml sim``) sets the config's
+    #: ``policy.contracts.free_grace_s``, which ``slurm-ml install`` renders
+    free_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.cycle_s > 0 and self.checkpoint_s > 0 and self.half_life_s > 0
-                and self.max_age_s > 0 and self.owed_every >= 1):
+                and self.max_age_s > 0 and self.owed_every >= 1 and self.free_grace_s >= 0):
             raise ValueError(f"bad simulation settings: {self}")
 
 
@@ -85,6 +90,10 @@ class Task:
     runs: list[tuple[float, float, int]] = field(default_factory=list)
     #: the last ``waiting_jobs`` value built for it, as (order, pend_since, value)
     waiting: tuple[int, float, WaitingJob] | None = None
+    #: a running free job Slurm has preempted: when its GraceTime ends and it is requeued
+    grace_end: float | None = None
+    #: a pending alloc job whose victims are in their grace: it preempts no more until then
+    awaits_victims: float = -math.inf
 
     @property
     def assoc(self) -> tuple[str, str]:
@@ -226,6 +235,13 @@ class SimState:
                     self.room_dirty.add(n)
         assert task.running_job is not None
         self.accrue(task.assoc, -task.running_job.billing_gpus)
+
+    def moved_end(self, task: Task, end_at: float) -> None:
+        """A running task now ends at ``end_at`` (a preempted free job's grace end)."""
+        job_id = task.spec.job_id
+        del self.ends[bisect_left(self.ends, (task.end_at, job_id))]
+        task.end_at = end_at
+        insort(self.ends, (end_at, job_id))
 
     def accrue(self, assoc: tuple[str, str], rate_delta: float) -> None:
         total, rate, at = self.usage.get(assoc, (0.0, 0.0, self.now))

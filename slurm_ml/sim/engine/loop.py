@@ -83,10 +83,13 @@ class Engine:
                            tree=flatten(cfg.budgets), tasks=tasks, by_id=by_id,
                            capacity=fairshare.capacity_billing_gpus(cfg))
         self.policy = make_policy(policy, self.st)
-        self.sched = Scheduler(self.st, self._start, self._preempt, self._requeued)
+        self.sched = Scheduler(self.st, self._start, self._preempt, self._requeued,
+                               self._signal)
         self._arrivals = sorted(tasks, key=lambda t: (t.spec.submit_s, t.spec.job_id))
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int, int]] = []  # (at, seq, job id, run_no)
+        #: (victims' grace end, seq, preemptor's job id), a heap (``_signal``)
+        self._claims: list[tuple[float, int, int]] = []
         self._seq = 0
         first = self._arrivals[0].spec.submit_s if self._arrivals else 0.0
         self._cycle = math.floor(first / settings.cycle_s)  # the clock starts by the first job
@@ -165,7 +168,8 @@ class Engine:
         if idle and (st.settings.end_s is None or cycle > st.settings.end_s):
             return None
         fault = self._faults[0][0] if self._faults else math.inf
-        return min(arrival, end, cycle, fault, self._wake_due())
+        claim = self._claims[0][0] if self._claims else math.inf
+        return min(arrival, end, cycle, fault, claim, self._wake_due())
 
     def _wake_due(self) -> float:
         """When submitd's earliest lane wake has the daemon cycle (inf: none waiting),
@@ -196,7 +200,15 @@ class Engine:
             _, _, job_id, run_no = heapq.heappop(ends)
             task = st.by_id[job_id]
             if task.state == RUNNING and task.run_no == run_no:
-                self._finish(task)
+                if task.grace_end is not None and t < task.run_start + task.remaining:
+                    # its GraceTime is over: Slurm requeues it, eligible again only after
+                    # this pass (as at once without a grace), so its preemptor goes first
+                    self._preempt(task)
+                    self.sched.requeue_after_pass(task)
+                else:
+                    self._finish(task)
+        if self._claims:
+            self._claimed(t)
         faults = self._faults
         while faults and faults[0][0] <= t:
             _, repaired, node, repair_s = heapq.heappop(faults)
@@ -293,6 +305,7 @@ class Engine:
         """Take a running task off its nodes and close its run's footprint."""
         st = self.st
         st.left_running(task)
+        task.grace_end = None
         st.cluster.release(task.alloc)
         task.run_s += st.now - task.run_start
         task.runs.append((task.run_start, st.now, task.held))
@@ -319,6 +332,34 @@ class Engine:
         st.last_requeue[task.spec.job_id] = now
         (st.lane_requeues if lane else st.recent_requeues).append((now, gpus))
         self._requeued(task)
+
+    def _signal(self, victims: list[Task], preemptor: Task) -> None:
+        """Slurm preempts running QOS free jobs with a GraceTime: each runs on (holding
+        its GPUs) until the grace ends, then is requeued, unless it ends first; then
+        ``preemptor`` starts on what they freed (``_claimed``)."""
+        st = self.st
+        end = st.now + st.settings.free_grace_s
+        for task in victims:
+            task.grace_end = end
+            if end < task.end_at:  # it ends then: reservations are made from the new end
+                st.moved_end(task, end)
+                heapq.heappush(self._ends, (end, self._seq, task.spec.job_id, task.run_no))
+                self._seq += 1
+        heapq.heappush(self._claims, (end, self._seq, preemptor.spec.job_id))
+        self._seq += 1
+
+    def _claimed(self, t: float) -> None:
+        """Preemptors whose victims' grace has ended start on the GPUs they freed, ahead
+        of the pass, as the pass that preempted for them would have started them."""
+        st, claims = self.st, self._claims
+        while claims and claims[0][0] <= t:
+            task = st.by_id[heapq.heappop(claims)[2]]
+            if task.state != PENDING:
+                continue  # it started meanwhile (or another claim of its started it)
+            alloc = st.cluster.place(task.spec.gpus, task.types)
+            if alloc is not None:
+                self._start(task, alloc)
+                st.pending.remove(task)
 
     def _preempt(self, task: Task) -> None:
         """Slurm requeues a QOS free job for an alloc one (not the daemon: no cooldown,

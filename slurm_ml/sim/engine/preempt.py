@@ -5,7 +5,8 @@ with ``Preempt=free``, so slurmctld itself, at scheduling time and without the d
 requeues free (unallocated, uncharged) work to start allocated work. This is what makes
 unallocated work cheap to admit. Victims are chosen like Slurm's preempt/qos does in
 spirit: only on nodes the job could use, the fewest GPUs taken away, youngest runs first
-(least work lost). The victims' GraceTime is not modelled: they stop at once.
+(least work lost). With a GraceTime (``SimSettings.free_grace_s``) the victims run on
+until it ends, and only then free their GPUs (:mod:`slurm_ml.sim.engine.sched`).
 
 The contracts' requeues (``policy.contracts.plan_requeues``) plan room node by node on
 ``sim.room.placement_nodes``, the same planner the daemon runs on what slurmctld reports.
@@ -30,8 +31,8 @@ def victims_for(st: SimState, task: Task) -> tuple[list[Task], Alloc] | None:
     for other in st.free_tasks.values():  # the running free jobs, in start order
         # not one that started this instant: Slurm does not start and preempt a job in
         # the same pass (the baseline policies order free work among alloc work)
-        if other.run_start >= st.now:
-            continue
+        if other.run_start >= st.now or other.grace_end is not None:
+            continue  # ... nor one already preempted, in its grace
         for n, _ in other.alloc:
             if cluster.type_of[n] in types:
                 on_node.setdefault(n, []).append(other)

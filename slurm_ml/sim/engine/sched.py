@@ -65,13 +65,17 @@ class Scheduler:
 
     def __init__(self, st: SimState, start: Callable[[Task, Alloc], None],
                  preempt: Callable[[Task], None] | None = None,
-                 requeued: Callable[[Task], None] | None = None) -> None:
+                 requeued: Callable[[Task], None] | None = None,
+                 signal: Callable[[list[Task], Task], None] | None = None) -> None:
         self.st = st
         self.start = start
         # Slurm's QOS preemption (None: never): ``preempt`` stops a free job now,
-        # ``requeued`` puts it back in the queue once the pass is over.
+        # ``requeued`` puts it back in the queue once the pass is over; with a GraceTime
+        # (``SimSettings.free_grace_s``) ``signal(victims, preemptor)`` starts the
+        # victims' grace instead, at whose end the preemptor takes their GPUs.
         self.preempt = preempt
         self.requeued = requeued
+        self.signal = signal
         self._stopped: list[Task] = []
         self.settled = False  # the last pass still holds: nothing changed since but arrivals
         self.reservation: Reservation | None = None
@@ -154,7 +158,9 @@ class Scheduler:
                     break
                 task = pending[i]
                 is_alloc = task.qos == ALLOC_QOS
-            can_preempt = self.preempt is not None and st.free_running > 0 and is_alloc
+            # (a job whose victims are still in their grace waits for them: no more)
+            can_preempt = (self.preempt is not None and st.free_running > 0 and is_alloc
+                           and task.awaits_victims <= now)
             gpus, types = task.spec.gpus, task.types
             alloc: Alloc | None = None
             ends_in_time = res is None or now + task.remaining <= res.at
@@ -173,8 +179,8 @@ class Scheduler:
             # job behind the reservation that would outlast it never takes its nodes.
             if alloc is None and can_preempt and ends_in_time \
                     and gpus < no_room.get(types, 1 << 30):
-                alloc = self._preempt_for(task)
-                if alloc is None:
+                alloc, signalled = self._preempt_for(task)
+                if alloc is None and not signalled:
                     no_room[types] = gpus
                     hopeless += gpus == 1
                     blocked = True
@@ -223,17 +229,34 @@ class Scheduler:
         out.sort()
         return out
 
-    def _preempt_for(self, task: Task) -> Alloc | None:
-        """Requeue the free jobs in ``task``'s way and say where it starts (None: no room)."""
+    def requeue_after_pass(self, task: Task) -> None:
+        """A free job Slurm has just stopped goes back to the queue when the next pass
+        is over (Slurm holds a requeued job a while: it does not start in that pass)."""
+        self._stopped.append(task)
+        self.settled = False
+
+    def _preempt_for(self, task: Task) -> tuple[Alloc | None, bool]:
+        """Preempt the free jobs in ``task``'s way: (where it starts now, or None; whether
+        victims were signalled instead). With no GraceTime the victims are requeued and
+        ``task`` starts at once. With one, Slurm signals them and requeues them when it
+        ends, and ``task`` starts then on what they free (the engine's claim: it has the
+        priority that made them its victims); meanwhile its reservation, made from their
+        new end, keeps backfill off their GPUs, and it preempts no more."""
         assert self.preempt is not None
         found = victims_for(self.st, task)
         if found is None:
-            return None
+            return None, False
         victims, _ = found
+        grace = self.st.settings.free_grace_s
+        if grace > 0 and self.signal is not None:
+            self.signal(victims, task)
+            task.awaits_victims = self.st.now + grace
+            self._earliest_at = -1  # their ends moved: reservations must see it
+            return None, True
         for victim in victims:
             self.preempt(victim)
         self._stopped.extend(victims)
-        return self.st.cluster.place(task.spec.gpus, task.types)
+        return self.st.cluster.place(task.spec.gpus, task.types), False
 
     def arrived(self, task: Task) -> None:
         """``task`` just joined ``st.pending``. While the last pass holds, the jobs ahead
