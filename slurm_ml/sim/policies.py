@@ -204,7 +204,8 @@ class Budget(Policy):
                 cfg=st.cfg.policy.fast_lane):
             held[job.account] = held.get(job.account, 0) + job.gpus  # until the next cycle
             fl = st.cfg.policy.fast_lane
-            # submitd wakes the daemon; the sim's victims stop at once (no grace to end)
+            # submitd wakes the daemon; the lane's requeue victims stop at once in the
+            # sim (its requeue_grace_s is not modelled; QOS free's GraceTime is)
             if self.contract and lane_requeue.wakes_on(fl) and lane_requeue.lane_requeues_on(fl):
                 heapq.heappush(st.wakes, lane_requeue.wake_for(st.now, fl))
             return self._key(task, fairshare.job_site_factor(
