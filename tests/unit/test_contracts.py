@@ -4,6 +4,7 @@ the preemption budget, and the reason each requeue carries."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 
 import pytest
@@ -356,6 +357,13 @@ def test_starved_jobs_are_served_in_scheduling_order() -> None:
     out = plan([run(1)], waiting)
 
     assert [r.for_job for r in out] == [101]
+    # in_order: the list's own order is the queue's, whatever ``order`` says
+    given = [replace(w, order=-1) for w in (waiting[1], waiting[0])]
+    assert plan_requeues(NOW, [run(1)], given, positions(NLP, VISION), EMPTY,
+                         layout([run(1)]), BIG, CFG, in_order=True) == out
+    assert [r.for_job for r in plan_requeues(
+        NOW, [run(1)], given[::-1], positions(NLP, VISION), EMPTY, layout([run(1)]), BIG,
+        CFG, in_order=True)] == [100]
 
 
 def test_freed_gpus_beyond_the_need_stay_free_for_the_next_job() -> None:
@@ -604,3 +612,21 @@ def test_float_noise_around_one_is_neither_over_nor_under_served() -> None:
     plans = plan_requeues(10_000, [victim], [job], {"a": noisy_over, "b": under},
                           PreemptionLedger(last_requeue={}, recent=[]), {}, 16, cfg)
     assert plans == []  # "a" is served, not over-served: nothing is taken from it
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.randoms(use_true_random=False))
+def test_in_order_plans_what_the_sorted_queue_plans(
+        scenario: tuple[list[RunningJob], list[WaitingJob], dict[str, AllocationPosition],
+                        PreemptionLedger, int], rnd: random.Random) -> None:
+    """``in_order=True`` (the simulator's starved jobs, already in queue order, their
+    ``order`` not their place) plans exactly what the sort by ``order`` plans."""
+    running, waiting, pos_map, ledger, total = scenario
+    places = rnd.sample(range(len(waiting)), len(waiting))  # a queue order not by job id
+    waiting = [replace(w, order=place) for w, place in zip(waiting, places, strict=True)]
+    nodes = layout(running, {"a100": 0, "h100": 1})
+    shuffled = rnd.sample(waiting, len(waiting))
+    want = plan_requeues(NOW, running, shuffled, pos_map, ledger, nodes, total, CFG)
+    in_order = [replace(w, order=-1) for w in sorted(waiting, key=lambda w: w.order)]
+    assert plan_requeues(NOW, running, in_order, pos_map, ledger, nodes, total, CFG,
+                         in_order=True) == want
