@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from slurm_ml.config import ContractsConfig
 from slurm_ml.config.rules import associations
@@ -346,7 +347,7 @@ class Budget(Policy):
                 w = es.waiting_job(st, task, -1)
                 if contracts.is_starved(now, w, pos, {}, cfg):
                     out.append((task.key, w))
-        out.sort(key=_first)  # the queue's order (keys are unique: they end in the job id)
+        out.sort(key=itemgetter(0))  # the queue's order (keys are unique: they end in the job id)
         return [w for _, w in out]
 
     def _lane(self, st: SimState) -> dict[int, int]:
@@ -370,10 +371,6 @@ class Budget(Policy):
                                 associations=self.associations)
         self.lane_held = dict(got.held)
         return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
-
-
-def _first(pair: tuple[Key, WaitingJob]) -> Key:
-    return pair[0]
 
 
 def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917

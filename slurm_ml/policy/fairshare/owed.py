@@ -226,6 +226,8 @@ class OwedColumns:
              size_s: float) -> tuple[list[float], list[float]]:
         """:func:`owed` of the same arguments, for the window of buckets ``size_s`` long
         from ``start``, filling only the buckets that differ from the last such window."""
+        if not leaf_demand:  # nobody asked: nothing to keep
+            return owed(tree, leaf_demand, caps)
         if tree is not self._tree:
             self._tree = tree
             self._kept.clear()

@@ -198,9 +198,8 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
     caps = [cap * h for h in grid.bucket_hours()]
     if isinstance(footprints, FootprintLedger):
         tally, demand = footprints.window(tree, start, now, fcfg.owed_bucket_s)
-        owed_h, demand_h = (footprints.owed_columns.owed(tree, demand, caps, start,
-                                                          fcfg.owed_bucket_s)
-                            if demand else owed(tree, demand, caps))
+        owed_h, demand_h = footprints.owed_columns.owed(tree, demand, caps, start,
+                                                         fcfg.owed_bucket_s)
     else:
         tally = _tally(tree, footprints, start, now)
         grid.extend(tally.asked)

@@ -88,8 +88,6 @@ class Engine:
         self._arrivals = sorted(tasks, key=lambda t: (t.spec.submit_s, t.spec.job_id))
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int, int]] = []  # (at, seq, job id, run_no)
-        #: (victims' grace end, seq, preemptor's job id), a heap (``_signal``)
-        self._claims: list[tuple[float, int, int]] = []
         self._seq = 0
         first = self._arrivals[0].spec.submit_s if self._arrivals else 0.0
         self._cycle = math.floor(first / settings.cycle_s)  # the clock starts by the first job
@@ -168,8 +166,7 @@ class Engine:
         if idle and (st.settings.end_s is None or cycle > st.settings.end_s):
             return None
         fault = self._faults[0][0] if self._faults else math.inf
-        claim = self._claims[0][0] if self._claims else math.inf
-        return min(arrival, end, cycle, fault, claim, self._wake_due())
+        return min(arrival, end, cycle, fault, self.sched.next_claim(), self._wake_due())
 
     def _wake_due(self) -> float:
         """When submitd's earliest lane wake has the daemon cycle (inf: none waiting),
@@ -207,8 +204,7 @@ class Engine:
                     self.sched.requeue_after_pass(task)
                 else:
                     self._finish(task)
-        if self._claims:
-            self._claimed(t)
+        self.sched.claimed(t)
         faults = self._faults
         while faults and faults[0][0] <= t:
             _, repaired, node, repair_s = heapq.heappop(faults)
@@ -333,33 +329,16 @@ class Engine:
         (st.lane_requeues if lane else st.recent_requeues).append((now, gpus))
         self._requeued(task)
 
-    def _signal(self, victims: list[Task], preemptor: Task) -> None:
+    def _signal(self, victims: list[Task], end: float) -> None:
         """Slurm preempts running QOS free jobs with a GraceTime: each runs on (holding
-        its GPUs) until the grace ends, then is requeued, unless it ends first; then
-        ``preemptor`` starts on what they freed (``_claimed``)."""
+        its GPUs) until ``end``, then is requeued, unless it ends first."""
         st = self.st
-        end = st.now + st.settings.free_grace_s
         for task in victims:
             task.grace_end = end
             if end < task.end_at:  # it ends then: reservations are made from the new end
                 st.moved_end(task, end)
                 heapq.heappush(self._ends, (end, self._seq, task.spec.job_id, task.run_no))
                 self._seq += 1
-        heapq.heappush(self._claims, (end, self._seq, preemptor.spec.job_id))
-        self._seq += 1
-
-    def _claimed(self, t: float) -> None:
-        """Preemptors whose victims' grace has ended start on the GPUs they freed, ahead
-        of the pass, as the pass that preempted for them would have started them."""
-        st, claims = self.st, self._claims
-        while claims and claims[0][0] <= t:
-            task = st.by_id[heapq.heappop(claims)[2]]
-            if task.state != PENDING:
-                continue  # it started meanwhile (or another claim of its started it)
-            alloc = st.cluster.place(task.spec.gpus, task.types)
-            if alloc is not None:
-                self._start(task, alloc)
-                st.pending.remove(task)
 
     def _preempt(self, task: Task) -> None:
         """Slurm requeues a QOS free job for an alloc one (not the daemon: no cooldown,

@@ -14,6 +14,7 @@ does it take the reservation or wait.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.engine.preempt import victims_for
-from slurm_ml.sim.state import Key, SimState, Task, task_key
+from slurm_ml.sim.state import PENDING, Key, SimState, Task, task_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +67,19 @@ class Scheduler:
     def __init__(self, st: SimState, start: Callable[[Task, Alloc], None],
                  preempt: Callable[[Task], None] | None = None,
                  requeued: Callable[[Task], None] | None = None,
-                 signal: Callable[[list[Task], Task], None] | None = None) -> None:
+                 signal: Callable[[list[Task], float], None] | None = None) -> None:
         self.st = st
         self.start = start
         # Slurm's QOS preemption (None: never): ``preempt`` stops a free job now,
         # ``requeued`` puts it back in the queue once the pass is over; with a GraceTime
-        # (``SimSettings.free_grace_s``) ``signal(victims, preemptor)`` starts the
-        # victims' grace instead, at whose end the preemptor takes their GPUs.
+        # (``SimSettings.free_grace_s``) ``signal(victims, end)`` starts the victims'
+        # grace instead, and the preemptor claims what they free at its end.
         self.preempt = preempt
         self.requeued = requeued
         self.signal = signal
+        #: (victims' grace end, seq, preemptor's job id), a heap: see :meth:`claimed`
+        self._claims: list[tuple[float, int, int]] = []
+        self._claim_seq = 0
         self._stopped: list[Task] = []
         self.settled = False  # the last pass still holds: nothing changed since but arrivals
         self.reservation: Reservation | None = None
@@ -249,14 +253,38 @@ class Scheduler:
         victims, _ = found
         grace = self.st.settings.free_grace_s
         if grace > 0 and self.signal is not None:
-            self.signal(victims, task)
-            task.awaits_victims = self.st.now + grace
+            end = self.st.now + grace
+            self.signal(victims, end)
+            task.awaits_victims = end
+            heapq.heappush(self._claims, (end, self._claim_seq, task.spec.job_id))
+            self._claim_seq += 1
             self._earliest_at = -1  # their ends moved: reservations must see it
             return None, True
         for victim in victims:
             self.preempt(victim)
         self._stopped.extend(victims)
         return self.st.cluster.place(task.spec.gpus, task.types), False
+
+    def next_claim(self) -> float:
+        """When the earliest claim falls due (inf: none)."""
+        return self._claims[0][0] if self._claims else math.inf
+
+    def claimed(self, t: float) -> None:
+        """Preemptors whose victims' grace has ended by ``t`` start on the GPUs those
+        freed, ahead of the pass, as the pass that preempted for them would have."""
+        st, claims = self.st, self._claims
+        while claims and claims[0][0] <= t:
+            task = st.by_id[heapq.heappop(claims)[2]]
+            if task.state != PENDING:
+                continue  # it started meanwhile
+            alloc = st.cluster.place(task.spec.gpus, task.types)
+            if alloc is not None:
+                self._start_now(task, alloc)
+
+    def _start_now(self, task: Task, alloc: Alloc) -> None:
+        """Start ``task`` outside a pass (a pass removes its own starts at its end)."""
+        self.start(task, alloc)
+        self.st.pending.remove(task)
 
     def arrived(self, task: Task) -> None:
         """``task`` just joined ``st.pending``. While the last pass holds, the jobs ahead
@@ -288,8 +316,7 @@ class Scheduler:
         else:
             alloc = cluster.place(gpus, types, res.nodes)
         if alloc is not None:
-            self.start(task, alloc)
-            self.st.pending.remove(task)
+            self._start_now(task, alloc)
 
     def _reserve(self, task: Task) -> Reservation:
         """The reservation for ``task``. ``earliest`` depends only on the shape, the free
