@@ -204,6 +204,13 @@ class ContractsConfig:
     # for an alloc job gets to checkpoint before it is killed, and so how long that alloc
     # job (a debug job in the fast lane) waits for its GPUs: keep it under a minute.
     free_grace_s: int = knob(30, ge(0))
+    # Entitlement first (Kueue's reclaim of borrowed quota; Ai2's owed counts each hour):
+    # an allocation whose alloc work running now is below its entitlement (budget share x
+    # the cluster's billing GPUs) ranks ahead of every allocation at or above it, and its
+    # jobs that wait preempt_after_wait_s may requeue, past their protection, jobs of an
+    # allocation running above its entitlement, whatever the window ratios (the
+    # loop-free rule, the cooldown and the cap still hold). false: window ratios only.
+    reclaim_entitlement: bool = knob(True)
 
 
 @dataclass(frozen=True, slots=True)

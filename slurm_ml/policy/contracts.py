@@ -67,6 +67,20 @@ class AllocationPosition:
     budget_share: float  # fraction of the cluster
     ratio: float | None  # window delivered/owed; None = nothing owed
     running_billing_gpus: float  # billing GPUs of its alloc jobs running now
+    #: budget share x capacity, billing GPUs (None: unknown, neither below nor above it)
+    entitled_billing_gpus: float | None = None
+
+    @property
+    def below_entitlement(self) -> bool:
+        """Running less than its entitlement now: what Ai2's owed counts hour by hour."""
+        entitled = self.entitled_billing_gpus
+        return entitled is not None and self.running_billing_gpus < entitled - _EPS
+
+    @property
+    def above_entitlement(self) -> bool:
+        """Running more than its entitlement now: borrowing other allocations' share."""
+        entitled = self.entitled_billing_gpus
+        return entitled is not None and self.running_billing_gpus > entitled + _EPS
 
     @property
     def share(self) -> float:
@@ -126,6 +140,15 @@ def loop_free(preemptor: AllocationPosition, need_billing: float, victim: Alloca
     return after_p <= after_v + _EPS
 
 
+def reclaims(preemptor: AllocationPosition, victim: AllocationPosition,
+             cfg: ContractsConfig) -> bool:
+    """``contracts.reclaim_entitlement``: the preemptor runs below its entitlement now and
+    the victim above its own, whatever their window ratios (Kueue's reclaim of borrowed
+    quota); the loop-free rule still applies."""
+    return (cfg.reclaim_entitlement and preemptor.below_entitlement
+            and victim.above_entitlement)
+
+
 def effective_ratio(pos: AllocationPosition) -> float | None:
     """delivered/owed for comparisons: nothing owed but a budget counts as 0 (it is
     demanding now and has had nothing); no budget counts as unknown (None)."""
@@ -175,13 +198,20 @@ class _VictimAccounts:
         self.ratios: list[float] = []
         self.rows: list[tuple[str, float]] = []  # (account, share after its smallest victim)
         self.best_after: list[float] = []  # suffix maxima of the shares after
+        self.above: list[tuple[str, float]] = []  # above entitlement: (account, share after)
 
     def refresh(self, positions: Mapping[str, AllocationPosition]) -> None:
         rows = []
+        self.above = []
         for a, b in self.min_billing.items():
             p = positions.get(a)
-            if p is not None and p.ratio is not None and p.budget_share > 0:
-                rows.append((p.ratio, a, (p.running_billing_gpus - b) / p.budget_share))
+            if p is None or p.budget_share <= 0:
+                continue
+            after = (p.running_billing_gpus - b) / p.budget_share
+            if p.ratio is not None:
+                rows.append((p.ratio, a, after))
+            if p.above_entitlement:
+                self.above.append((a, after))
         rows.sort()
         self.ratios = [r for r, _, _ in rows]
         self.rows = [(a, after) for _, a, after in rows]
@@ -198,13 +228,18 @@ class _VictimAccounts:
         if p_ratio is None or ppos.budget_share <= 0:
             return []
         after_p = (ppos.running_billing_gpus + need_billing) / ppos.budget_share
+        out: list[str] = []
+        if cfg.reclaim_entitlement and ppos.below_entitlement:  # ``reclaims``
+            out = [a for a, after in self.above if after >= after_p - _EPS
+                   and a != ppos.account]
         i = bisect_left(self.ratios, max(1 + _EPS, p_ratio + cfg.preempt_min_gap - _EPS))
         while i < len(self.ratios) and self.ratios[i] <= 1 + _EPS:
             i += 1
         if i >= len(self.ratios) or self.best_after[i] < after_p - _EPS:
-            return []
-        return [a for a, after in self.rows[i:] if after >= after_p - _EPS
-                and a != ppos.account]
+            return out
+        taken = set(out)
+        return out + [a for a, after in self.rows[i:] if after >= after_p - _EPS
+                      and a != ppos.account and a not in taken]
 
 
 def _eligible(now: int, job: WaitingJob, pos: AllocationPosition | None,
@@ -213,9 +248,10 @@ def _eligible(now: int, job: WaitingJob, pos: AllocationPosition | None,
     reason freed GPUs can end."""
     if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
         return False
-    ratio = effective_ratio(pos)
-    if ratio is None or ratio >= 1 - _EPS:  # exactly served, up to float noise
-        return False
+    if not (cfg.reclaim_entitlement and pos.below_entitlement):
+        ratio = effective_ratio(pos)
+        if ratio is None or ratio >= 1 - _EPS:  # exactly served, up to float noise
+            return False
     return now - job.submit >= cfg.preempt_after_wait_s and starving_reason(job.reason)
 
 
@@ -248,7 +284,13 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     if vpos is None or ppos is None or vpos.account == ppos.account:
         return "no budget position"
     v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
+    if reclaims(ppos, vpos, cfg):
+        if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
+            return "the waiting allocation would end above the victim's share (loop-free rule)"
+        return None
     if v_ratio is None or v_ratio <= 1 + _EPS:  # 1.0000000000000002 is served, not over
+        if cfg.reclaim_entitlement:
+            return "its allocation is neither over-served nor above its entitlement now"
         return "its allocation is not over-served"
     if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
         return "delivered/owed gap below preempt_min_gap"
@@ -302,9 +344,17 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     guard = protected_s(victim, cfg)
     runtime = (f"its {guard // 60}-min minimum runtime" if victim.time_min_s is not None
                else f"{guard // 60} min (the cap: slurm-ml has no record of its protection)")
-    reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} "
-              f"({_fmt_ratio(pb.ratio)}) can start; {victim.account} is over-served "
-              f"({_fmt_ratio(vb.ratio)})")
+    basis = "entitlement" if reclaims(pb, vb, cfg) else "window"
+    if basis == "entitlement":
+        reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} can "
+                  f"start: {job.account} runs {pb.running_billing_gpus:g} of its "
+                  f"{pb.entitled_billing_gpus or 0:.4g} entitled billing GPUs, {victim.account} "
+                  f"runs {vb.running_billing_gpus:g}, above its "
+                  f"{vb.entitled_billing_gpus or 0:.4g}")
+    else:
+        reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} "
+                  f"({_fmt_ratio(pb.ratio)}) can start; {victim.account} is over-served "
+                  f"({_fmt_ratio(vb.ratio)})")
     details: dict[str, object] = {
         "victim_ratio": vb.ratio, "for_ratio": pb.ratio,
         "victim_share_before": vb.share, "victim_share_after": va.share,
@@ -316,6 +366,8 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
         "nodes": list(opt.nodes), "free_gpus_before": free_before, "plan_gpus": opt.gpus,
         "lost_gpu_h": round(opt.lost_gpu_h, 3),
         "budget_left_before": state.budget_left, "min_gap": cfg.preempt_min_gap,
+        "basis": basis, "victim_entitled_gpus": vb.entitled_billing_gpus,
+        "for_entitled_gpus": pb.entitled_billing_gpus,
     }
     return Requeue(victim=victim.job_id, for_job=job.job_id, victim_account=victim.account,
                    for_account=job.account, gpus=victim.gpus, reason=reason, details=details)
@@ -338,7 +390,7 @@ def requeueable(now: int, running: Iterable[RunningJob],
     needing one GPU of any type) is blocked for every real one, because the gap and the
     loop-free rule only get harder and the other reasons do not depend on the preemptor."""
     probe = probe_job(now)
-    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0)}
+    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0, math.inf)}
     return [r for r in running if victim_blocker(now, r, probe, positions=with_probe,
                                                  ledger=ledger, cfg=cfg) is None]
 
@@ -404,8 +456,9 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
 
 def allocation_positions(fair: FairShare, running: Sequence[RunningJob],
                          ) -> dict[str, AllocationPosition]:
-    """Each project's position for the contracts: its budget share and window
-    delivered/owed from ``fair``, and the billing GPUs its alloc jobs hold now. The daemon
+    """Each project's position for the contracts: its budget share, window
+    delivered/owed and entitlement from ``fair``, and the billing GPUs its alloc jobs
+    hold now. The daemon
     and the simulator both build positions here."""
     load: dict[str, float] = {}
     for r in running:
@@ -413,5 +466,6 @@ def allocation_positions(fair: FairShare, running: Sequence[RunningJob],
             load[r.account] = load.get(r.account, 0.0) + r.billing_gpus
     return {s.account: AllocationPosition(account=s.account, budget_share=s.budget_share,
                                           ratio=s.ratio,
-                                          running_billing_gpus=load.get(s.account, 0.0))
+                                          running_billing_gpus=load.get(s.account, 0.0),
+                                          entitled_billing_gpus=s.entitled_gpus)
             for s in fair.standings if s.kind == "project"}

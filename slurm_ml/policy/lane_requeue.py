@@ -161,9 +161,14 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     guard = protected_s(victim, ccfg)
     waited = now - job.submit
     shown = f"{ratio:.2f}" if ratio is not None else "unknown"
+    if vpos is not None and (ratio is None or ratio <= 1) and vpos.above_entitlement:
+        why = (f"{victim.account} runs {vpos.running_billing_gpus:g} billing GPUs, above its "
+               f"entitlement of {vpos.entitled_billing_gpus or 0:.4g}")
+    else:
+        why = f"{victim.account} is over-served (delivered/owed {shown})"
     reason = (f"requeued after its {guard // 60}-min minimum runtime so that fast-lane job "
               f"{job.job_id} of {job.account} (short work, waiting {waited} s) can start; "
-              f"{victim.account} is over-served (delivered/owed {shown})")
+              f"{why}")
     details: dict[str, object] = {
         "lane": True, "victim_ratio": ratio, "waited_s": waited, "ran_s": victim.ran_s(now),
         "protected_s": guard, "for_gpus": job.gpus, "nodes": list(nodes),

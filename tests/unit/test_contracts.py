@@ -23,6 +23,7 @@ from slurm_ml.policy.contracts import (
     plan_requeues,
     preemption_budget_left,
     preemption_cap,
+    reclaims,
     starving_reason,
     victim_blocker,
 )
@@ -478,11 +479,17 @@ def test_reason_variants(victim: RunningJob, pmap: dict[str, AllocationPosition]
 @st.composite
 def two_allocations(draw: st.DrawFn) -> tuple[list[RunningJob], list[WaitingJob],
                                                dict[str, AllocationPosition], int]:
-    """Two allocations P (under-served) and V (over-served) on one GPU type."""
+    """Two allocations P (under-served) and V (over-served) on one GPU type; or, with an
+    entitlement (``reclaim_entitlement``: P may reclaim from V while below its own and V
+    above), any ratios at all."""
     w_p = draw(st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.7, 0.9]))
     w_v = draw(st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.7, 0.9]))
-    ratio_p = draw(st.floats(0.0, 0.79))
-    ratio_v = draw(st.floats(max(1.01, ratio_p + 0.2), 3.0))
+    cap = draw(st.one_of(st.none(), st.sampled_from([8.0, 24.0, 64.0])))
+    if cap is None:
+        ratio_p = draw(st.floats(0.0, 0.79))
+        ratio_v = draw(st.floats(max(1.01, ratio_p + 0.2), 3.0))
+    else:
+        ratio_p, ratio_v = draw(st.floats(0.0, 3.0)), draw(st.floats(0.0, 3.0))
     sizes = st.sampled_from([1, 2, 4, 8])
     weight = st.sampled_from([0.5, 1.0, 2.0])
     running: list[RunningJob] = []
@@ -498,8 +505,12 @@ def two_allocations(draw: st.DrawFn) -> tuple[list[RunningJob], list[WaitingJob]
         g = draw(sizes)
         waiting.append(wait(100 + i, "P", gpus=g, billing=g * draw(weight), order=i))
     pos_map = {
-        "P": pos("P", w_p, ratio_p, sum(r.billing_gpus for r in running if r.account == "P")),
-        "V": pos("V", w_v, ratio_v, sum(r.billing_gpus for r in running if r.account == "V")),
+        "P": replace(pos("P", w_p, ratio_p,
+                         sum(r.billing_gpus for r in running if r.account == "P")),
+                     entitled_billing_gpus=None if cap is None else w_p * cap),
+        "V": replace(pos("V", w_v, ratio_v,
+                         sum(r.billing_gpus for r in running if r.account == "V")),
+                     entitled_billing_gpus=None if cap is None else w_v * cap),
     }
     return running, waiting, pos_map, draw(st.integers(0, 4))
 
@@ -547,8 +558,12 @@ def test_two_allocations_never_requeue_each_other_back(
 def clusters(draw: st.DrawFn) -> tuple[list[RunningJob], list[WaitingJob],
                                        dict[str, AllocationPosition], PreemptionLedger, int]:
     accounts = ["a", "b", "c", "d"]
-    pos_map = {a: pos(a, draw(st.sampled_from([0.1, 0.2, 0.3, 0.4])),
-                      draw(st.one_of(st.none(), st.floats(0.0, 3.0))), 0.0) for a in accounts}
+    cap = draw(st.one_of(st.none(), st.sampled_from([16.0, 48.0])))  # None: no entitlement
+    pos_map = {}
+    for a in accounts:
+        share = draw(st.sampled_from([0.1, 0.2, 0.3, 0.4]))
+        pos_map[a] = replace(pos(a, share, draw(st.one_of(st.none(), st.floats(0.0, 3.0))), 0.0),
+                             entitled_billing_gpus=None if cap is None else share * cap)
     running = []
     for i in range(draw(st.integers(0, 12))):
         g = draw(st.sampled_from([1, 2, 4, 8]))
@@ -593,8 +608,11 @@ def test_every_requeue_keeps_the_contract(
         limit = 8 * H if victim.time_min_s is None else min(victim.time_min_s, 8 * H)
         assert victim.ran_s(NOW) >= limit
         assert NOW - ledger.last_requeue.get(victim.job_id, NOW - 10 * H) >= H
-        v_ratio = pos_map[rq.victim_account].ratio
-        assert v_ratio is not None and v_ratio > 1
+        vpos, ppos = pos_map[rq.victim_account], pos_map[rq.for_account]
+        over_served = vpos.ratio is not None and vpos.ratio > 1
+        # reclaim: the preemptor below its entitlement, the victim above its own
+        assert over_served or (vpos.above_entitlement and ppos.below_entitlement)
+        assert rq.details["basis"] == ("entitlement" if reclaims(ppos, vpos, CFG) else "window")
 
 
 def test_float_noise_around_one_is_neither_over_nor_under_served() -> None:
@@ -630,3 +648,69 @@ def test_in_order_plans_what_the_sorted_queue_plans(
     in_order = [replace(w, order=-1) for w in sorted(waiting, key=lambda w: w.order)]
     assert plan_requeues(NOW, running, in_order, pos_map, ledger, nodes, total, CFG,
                          in_order=True) == want
+
+
+# --------------------------------------------------------------------------- reclaim
+
+
+def ent(p: AllocationPosition, entitled: float | None) -> AllocationPosition:
+    return replace(p, entitled_billing_gpus=entitled)
+
+
+# nlp over its entitlement now (24 of 16) but not over-served in the window (0.95);
+# vision below its own (0 of 16) and not under-served (1.1): window ratios alone forbid.
+NLP_BORROWS = ent(pos("nlp", 0.5, 0.95, 24.0), 16.0)
+VISION_SHORT = ent(pos("vision", 0.5, 1.1, 0.0), 16.0)
+
+
+def test_a_job_below_its_entitlement_reclaims_whatever_the_window_ratios() -> None:
+    pmap = positions(NLP_BORROWS, VISION_SHORT)
+    window_only = replace(CFG, reclaim_entitlement=False)
+
+    assert plan(pos_map=pmap, cfg=window_only) == []
+    out = plan(pos_map=pmap)
+    assert [r.victim for r in out] == [1]  # the youngest past its protection
+    assert out[0].details["basis"] == "entitlement"
+    assert out[0].reason == (
+        "requeued after its 60-min minimum runtime so that job 123 of vision can start: "
+        "vision runs 0 of its 16 entitled billing GPUs, nlp runs 24, above its 16")
+
+
+@pytest.mark.parametrize(("victim", "preemptor", "allowed"), [
+    (NLP_BORROWS, VISION_SHORT, True),
+    (ent(NLP_BORROWS, 24.0), VISION_SHORT, False),  # nlp at its entitlement: not above
+    (NLP_BORROWS, ent(VISION_SHORT, 0.0), False),  # vision at its own: not below
+    (ent(NLP_BORROWS, None), VISION_SHORT, False),  # unknown entitlement: neither
+    (NLP_BORROWS, ent(VISION_SHORT, None), False),
+])
+def test_reclaim_needs_the_preemptor_below_and_the_victim_above(
+        victim: AllocationPosition, preemptor: AllocationPosition, allowed: bool) -> None:
+    pmap = positions(victim, preemptor)
+    assert reclaims(preemptor, victim, CFG) is allowed
+    assert (victim_blocker(NOW, run(1), wait(), positions=pmap, ledger=EMPTY, cfg=CFG)
+            is None) is allowed
+
+
+@pytest.mark.parametrize(("victim", "reason"), [
+    (run(1, ran=10 * 60), "inside its protected minimum runtime"),
+    (run(1, requeue=False), "not resumable (submitted with --no-requeue)"),
+    (run(1, batch=False), "interactive session"),
+])
+def test_reclaim_keeps_every_other_guard(victim: RunningJob, reason: str) -> None:
+    pmap = positions(NLP_BORROWS, VISION_SHORT)
+    assert victim_blocker(NOW, victim, wait(), positions=pmap, ledger=EMPTY, cfg=CFG) == reason
+
+
+def test_reclaim_keeps_the_loop_free_rule() -> None:
+    """vision would run 8 + 8 = 16 billing GPUs on 0.25 of the budget (share 64), nlp
+    24 - 8 = 16 on 0.5 (share 32): the swap would put vision above nlp."""
+    pmap = positions(ent(pos("nlp", 0.5, 0.95, 24.0), 16.0),
+                     ent(pos("vision", 0.25, 1.1, 8.0), 9.0))
+    assert victim_blocker(NOW, run(1), wait(), positions=pmap, ledger=EMPTY, cfg=CFG) == (
+        "the waiting allocation would end above the victim's share (loop-free rule)")
+
+
+def test_a_job_at_its_entitlement_is_not_starved_by_reclaim() -> None:
+    """vision runs its whole entitlement and is not under-served: nothing to reclaim."""
+    pmap = positions(NLP_BORROWS, ent(pos("vision", 0.5, 1.1, 16.0), 16.0))
+    assert plan(pos_map=pmap) == []

@@ -25,6 +25,7 @@ from slurm_ml.policy.fairshare import (
     site_factors,
 )
 from slurm_ml.policy.fairshare.owed import water_fill
+from slurm_ml.policy.fairshare.standing import entitlement_first
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = load_config(DEFAULT_CONFIG)
@@ -502,3 +503,47 @@ def test_ratio_is_delivered_over_owed() -> None:
     a, b = fs.account("a"), fs.account("b")
     assert a is not None and a.ratio == pytest.approx(8 / 16)
     assert b is not None and b.ratio is None
+
+
+# --------------------------------------------------------------------------- entitlement
+
+
+def test_running_gpus_are_the_alloc_work_running_now() -> None:
+    fs = fair_share(TWO, [fp("a", "u", 4, pend=-3, run=-2),  # running
+                          fp("a", "u", 2, pend=-3, run=-2, until=-1),  # ended
+                          fp("a", "u", 8, pend=-1, run=-1, alloc=False),  # free work
+                          fp("b", "v", 3, pend=-1),  # pending
+                          fp("b", "v", 1, pend=0, run=0)], NOW)  # started this second
+    a, b = fs.account("a"), fs.account("b")
+    assert a is not None and b is not None
+    assert (a.running_gpus, b.running_gpus) == (4, 1)
+    cap = capacity_billing_gpus(TWO)
+    assert (a.entitled_gpus, b.entitled_gpus) == (cap / 2, cap / 2)
+
+
+def test_projects_below_their_entitlement_rank_first() -> None:
+    """a ran less over the window (Fair Tree puts it first) but runs its whole share now;
+    b ran more but runs nothing now: with reclaim_entitlement b goes first, without it a."""
+    cap = capacity_billing_gpus(TWO)
+    fps = [fp("a", "u", cap / 2, pend=-1, run=-1),  # a: its share, for the last hour
+           fp("b", "v", cap, pend=-4, run=-4, until=-1),  # b: the whole cluster before
+           fp("a", "u", 1, pend=-1), fp("b", "v", 1, pend=-1)]  # both wait
+    pending = {("a", "u"), ("b", "v")}
+    window = dataclasses.replace(TWO, policy=dataclasses.replace(
+        TWO.policy, contracts=dataclasses.replace(TWO.policy.contracts,
+                                                  reclaim_entitlement=False)))
+
+    assert users_in_rank_order(fair_share(window, fps, NOW, pending)) == [["a/u"], ["b/v"]]
+    fs = fair_share(TWO, fps, NOW, pending)
+    assert fs.entitlement_first == {"b"}
+    assert users_in_rank_order(fs) == [["b/v"], ["a/u"]]
+    ja, jb = pending_job("a", "u"), pending_job("b", "v")
+    factors = site_factors(fs, [ja, jb], FS)
+    assert factors[jb.job_id] > factors[ja.job_id]
+
+
+def test_entitlement_first_keeps_fair_tree_order_and_ties_inside_each_part() -> None:
+    order = ((("a", "1"), ("b", "1")), (("c", "1"),), (("b", "2"), ("d", "1")))
+    assert entitlement_first(order, {"b", "d"}) == (
+        (("b", "1"),), (("b", "2"), ("d", "1")), (("a", "1"),), (("c", "1"),))
+    assert entitlement_first(order, set()) == order

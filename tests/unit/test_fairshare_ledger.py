@@ -55,11 +55,13 @@ def assert_same(got: FairShare, want: FairShare) -> None:
     assert got.window_start == want.window_start and got.window_end == want.window_end
     assert got.fair_tree_order == want.fair_tree_order
     assert got.ranks == want.ranks
+    assert got.entitlement_first == want.entitlement_first
     assert got.unmatched == pytest.approx(want.unmatched, rel=1e-9, abs=1e-9)
     for g, w in zip(got.standings, want.standings, strict=True):
         assert g.path == w.path
         assert (g.rank, g.site_factor) == (w.rank, w.site_factor)
-        for name in ("delivered", "unallocated", "owed", "demand", "pending_gpus"):
+        for name in ("delivered", "unallocated", "owed", "demand", "pending_gpus",
+                     "running_gpus", "entitled_gpus"):
             a, b = getattr(g, name), getattr(w, name)
             assert a == pytest.approx(b, rel=1e-9, abs=1e-7), (g.path, name)
         assert (g.ratio is None) == (w.ratio is None), g.path

@@ -170,8 +170,9 @@ def test_budget_requeues_an_over_served_job_losing_only_the_work_since_its_check
     1). At the 2700 s cycle the hour holds 4 x 2700 + 2 x 2600 GPU-s of demand for 4 x
     3600: a is owed 9200 GPU-s and ran 10800 (ratio 1.17), b ran nothing: a's youngest
     job (job 2, by id among equals) is requeued. It had run 2700 s, checkpointed at 1800 s:
-    900 s x 2 GPUs are lost, and it resumes when b's job ends."""
-    result = simulate(contract_cfg(), contract_jobs(), "budget",
+    900 s x 2 GPUs are lost, and it resumes when b's job ends. (Window ratios only:
+    ``reclaim_entitlement`` off; the next test has it on.)"""
+    result = simulate(contract_cfg(reclaim_entitlement=False), contract_jobs(), "budget",
                       settings=SimSettings(checkpoint_s=1800))
     assert result.preemptions == 1
     by_id = {j.job_id: j for j in result.jobs}
@@ -179,6 +180,24 @@ def test_budget_requeues_an_over_served_job_losing_only_the_work_since_its_check
     assert (by_id[2].requeues, by_id[2].lost_gpu_s) == (1, 900 * 2)
     assert by_id[2].run_s == 2700 + 100_000 - 1800
     assert (by_id[1].requeues, by_id[3].requeues) == (0, 0)
+
+
+def test_budget_reclaims_entitlement_at_the_first_cycle_past_protection() -> None:
+    """``reclaim_entitlement`` (the default): b runs nothing of its 2-GPU entitlement
+    and a runs 4, above its 2, so at the first cycle where b's job has waited 300 s and
+    a's jobs are past their 600 s contracts (t=600) a's job 2 is requeued, whatever the
+    window ratios (a is owed all it ran until t=2400). It had run 600 s, nothing
+    checkpointed: 600 s x 2 GPUs lost; it resumes when b's job ends."""
+    cfg = contract_cfg()
+    assert cfg.policy.contracts.reclaim_entitlement
+    result = simulate(cfg, contract_jobs(), "budget", settings=SimSettings(checkpoint_s=1800))
+    assert result.preemptions == 1
+    by_id = {j.job_id: j for j in result.jobs}
+    assert runs(result) == {1: (0, 100_000), 2: (0, 3600 + 100_000), 3: (600, 3600)}
+    assert (by_id[2].requeues, by_id[2].lost_gpu_s) == (1, 600 * 2)
+    # without the reclaim the same jobs wait for the window ratios (the test above)
+    window = simulate(contract_cfg(reclaim_entitlement=False), contract_jobs(), "budget")
+    assert runs(window)[3] == (2700, 5700)
 
 
 def test_budget_nocontract_never_requeues() -> None:

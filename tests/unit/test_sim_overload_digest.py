@@ -2,7 +2,9 @@
 scenario (real Philly jobs at 2.5x demand, unallocated and debug work, ``budget``) gives
 the same job outcomes, to the bit, as the code before it (the digest was recorded from
 that code, commit 67f1a60). The fast lane (issue 18) changes decisions on purpose: the
-digests before it are kept with the lane off, and ``budget+lane`` pins it on."""
+digests before it are kept with the lane off, and ``budget+lane`` pins it on. So does
+``contracts.reclaim_entitlement``: the digests before it are kept with it off, and
+``budget+lane+reclaim`` (the default config) pins it on."""
 
 from __future__ import annotations
 
@@ -28,10 +30,12 @@ EXPECTED = {
     "slurm-fairshare": "15a38ba8e82354e4bbe87b70988efbd109dca8be8eacd45c5f0fda37f1fd47e8",
     # the default config, fast lane on (recorded at the commit that added it)
     "budget+lane": "b1f8b17ff9157f94684efe0e4e659e7f149fea4d5038b5b56b6895449756417a",
+    # the default config, entitlement reclaim on (recorded at the commit that added it)
+    "budget+lane+reclaim": "46d2e80e2f9966cd590486af3a0651af4bd7c3b5e2aff1f461fa35420f8ef65e",
 }
 
 
-def overloaded(lane: bool = False) -> tuple[Config, list[SimJob]]:
+def overloaded(lane: bool = False, reclaim: bool = False) -> tuple[Config, list[SimJob]]:
     trace = traces.load_philly(PHILLY)
     trace = scenario.slice_trace(trace, 720 * 3600.0, 744 * 3600.0)
     trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, GPUS, 2.5))
@@ -41,6 +45,9 @@ def overloaded(lane: bool = False) -> tuple[Config, list[SimJob]]:
     if not lane:
         fast = dataclasses.replace(cfg.policy.fast_lane, gpus_fraction=0.0)
         cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, fast_lane=fast))
+    if not reclaim:
+        window = dataclasses.replace(cfg.policy.contracts, reclaim_entitlement=False)
+        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, contracts=window))
     return cfg, list(trace.jobs)
 
 
@@ -57,8 +64,8 @@ def outcomes(result: SimResult) -> str:
 
 @pytest.mark.parametrize("policy", sorted(EXPECTED))
 def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
-    name, _, lane = policy.partition("+")
-    cfg, jobs = overloaded(lane=bool(lane))
+    name, *flags = policy.split("+")
+    cfg, jobs = overloaded(lane="lane" in flags, reclaim="reclaim" in flags)
     result = simulate(cfg, jobs, name)
     assert result.preemptions > 0 or policy != "budget"  # the contracts did requeue
     assert outcomes(result) == EXPECTED[policy]

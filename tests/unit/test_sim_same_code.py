@@ -69,11 +69,12 @@ def test_a_different_fair_share_changes_the_simulation(
                     **kw: Any) -> FairShare:
         fs = real(cfg, fps, now, pending, **kw)
         return dataclasses.replace(fs, standings=tuple(
-            dataclasses.replace(s, owed=0.0) for s in fs.standings))
+            dataclasses.replace(s, owed=0.0, entitled_gpus=0.0) for s in fs.standings))
 
     monkeypatch.setattr(fairshare, "fair_share", nobody_owed)
     result = simulate(contract_cfg(), contract_jobs(), "budget")
-    assert result.preemptions == 0  # no ratio: nobody is over-served
+    # no ratio: nobody is over-served; no entitlement: nobody is below it
+    assert result.preemptions == 0
     assert all(not s.owed_gpu_h or set(s.owed_gpu_h.values()) == {0.0} for s in result.samples)
 
 

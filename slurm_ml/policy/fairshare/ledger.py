@@ -64,16 +64,20 @@ class Tally:
     pending: list[float]
     asked: list[tuple[int, int, int, float]] = field(default_factory=list)  # (leaf, b, e, GPUs)
     unmatched: float = 0.0
+    #: billing GPUs of alloc work running at the window's end (empty: not tallied)
+    running: list[float] = field(default_factory=list)
 
 
 def sum_up(tree: FlatTree, tally: Tally) -> None:
     """Children follow their parent in tree order: walk backwards, adding upwards."""
-    delivered, free, pending = tally.delivered, tally.free, tally.pending
+    delivered, free, pending, running = tally.delivered, tally.free, tally.pending, tally.running
     for node in range(len(tree.kinds) - 1, 0, -1):
         parent = tree.parents[node]
         delivered[parent] += delivered[node]
         free[parent] += free[node]
         pending[parent] += pending[node]
+        if running:
+            running[parent] += running[node]
 
 
 class _Steps:
@@ -153,6 +157,12 @@ class _Steps:
             level = prev + deltas[j]
             levels[j] = 0.0 if -_ZERO < level < _ZERO else level
         self.clean = n
+
+    def level(self, at: float) -> float:
+        """GPUs at ``at`` (the step function's value there)."""
+        self._refresh()
+        i = bisect_right(self.times, at) - 1
+        return self.levels[i] if i >= 0 else 0.0
 
     def integrals(self, xs: Sequence[float]) -> list[float]:
         """The integral up to each of ``xs`` (ascending), in GPU-seconds."""
@@ -357,7 +367,7 @@ class FootprintLedger:
             raise ValueError(f"window starts at {start}, before the ledger was pruned "
                              f"({self._floor})")
         size = len(tree.kinds)
-        out = Tally([0.0] * size, [0.0] * size, [0.0] * size)
+        out = Tally([0.0] * size, [0.0] * size, [0.0] * size, running=[0.0] * size)
         leaf_of = tree.leaf_of
         for (assoc, allocated), steps in self._run.items():
             lo, hi = steps.integrals((start, now))
@@ -367,6 +377,7 @@ class FootprintLedger:
                 out.unmatched += hours if allocated else 0.0
             elif allocated:
                 out.delivered[leaf] += hours
+                out.running[leaf] += steps.level(now)
             else:
                 out.free[leaf] += hours
         for assoc, gpus in self._pending.items():

@@ -40,6 +40,8 @@ __all__ = [
 #: scontrol accepts SiteFactor in +-2147483645.
 SITE_FACTOR_LIMIT = 2_147_483_645
 _HOUR = 3600.0
+#: Float slack for comparing billing GPUs (sums of products of shares and capacity).
+_EPS = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +88,18 @@ class Standing:
     level_fs: float  # Fair Tree Level FS = S/U; math.inf with no usage
     rank: int | None  # association rank among those with pending jobs (1 = first)
     site_factor: int | None  # a user: its band when ranked; above: its users' highest band
+    running_gpus: float = 0.0  # billing GPUs of its alloc work running now
+    entitled_gpus: float = 0.0  # budget share x capacity: its entitlement now, billing GPUs
 
     @property
     def ratio(self) -> float | None:
         """delivered/owed (Ai2's score: 1 = got what it was owed); None when owed nothing."""
         return self.delivered / self.owed if self.owed > 0 else None
+
+    @property
+    def below_entitlement(self) -> bool:
+        """Running less than its entitlement now (what Ai2's owed counts hour by hour)."""
+        return self.running_gpus < self.entitled_gpus - _EPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +115,9 @@ class FairShare:
     ranks: int = 0  # N: distinct ranks handed to associations with pending jobs
     #: alloc GPU-hours in the window charged to an (account, user) outside the tree
     unmatched: float = 0.0
+    #: projects ranked ahead of the others as below their entitlement now
+    #: (``contracts.reclaim_entitlement``; empty when off)
+    entitlement_first: frozenset[str] = frozenset()
     _by_path: dict[tuple[str, ...], Standing] = field(init=False, repr=False, compare=False)
     _by_account: dict[str, Standing] = field(init=False, repr=False, compare=False)
     _by_assoc: dict[Association, Standing] = field(init=False, repr=False, compare=False)
@@ -207,6 +219,10 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
     lfs = level_fs(tree, tally.delivered)
     order = tuple(tuple(tree.assoc_at[leaf] for leaf in group)
                   for group in fair_tree_order(tree, lfs))
+    first: frozenset[str] = frozenset()
+    if cfg.policy.contracts.reclaim_entitlement:
+        first = _below_entitlement(tree, tally.running, cap)
+        order = entitlement_first(order, first)
     ranks = compress(order, frozenset(pending_assocs))
     count = max(ranks.values(), default=0)
     rank_of: list[int | None] = [None] * len(tree.kinds)
@@ -227,19 +243,41 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
             level_share=tree.level_shares[n], delivered=tally.delivered[n],
             unallocated=tally.free[n], owed=owed_h[n], demand=demand_h[n],
             pending_gpus=tally.pending[n], level_fs=lfs[n], rank=rank_of[n],
-            site_factor=bands[n],
+            site_factor=bands[n], running_gpus=tally.running[n],
+            entitled_gpus=tree.budget_shares[n] * cap,
         )
         for n in range(len(tree.kinds))
     )
     return FairShare(window_start=start, window_end=now, capacity=cap, standings=standings,
-                     fair_tree_order=order, ranks=count, unmatched=tally.unmatched)
+                     fair_tree_order=order, ranks=count, unmatched=tally.unmatched,
+                     entitlement_first=first)
+
+
+def _below_entitlement(tree: FlatTree, running: list[float], cap: float) -> frozenset[str]:
+    """The projects whose alloc work running now is below budget share x capacity."""
+    return frozenset(tree.accounts[n] for n, kind in enumerate(tree.kinds)
+                     if kind == "project" and tree.budget_shares[n] > 0
+                     and running[n] < tree.budget_shares[n] * cap - _EPS)
+
+
+def entitlement_first(order: tuple[tuple[Association, ...], ...],
+                      first: Collection[str]) -> tuple[tuple[Association, ...], ...]:
+    """``order`` with the associations of the ``first`` accounts ahead of every other,
+    each part keeping its Fair Tree order and ties (Kueue's nominal quota before
+    borrowing: a team below its entitlement now is served before any team above it)."""
+    if not first:
+        return order
+    ahead = (tuple(a for a in group if a[0] in first) for group in order)
+    behind = (tuple(a for a in group if a[0] not in first) for group in order)
+    return tuple(g for g in (*ahead, *behind) if g)
 
 
 def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int) -> Tally:
     """One pass over the footprints: usage per leaf, pending GPUs, demand intervals."""
     size = len(tree.kinds)
-    out = Tally([0.0] * size, [0.0] * size, [0.0] * size, [])
+    out = Tally([0.0] * size, [0.0] * size, [0.0] * size, [], running=[0.0] * size)
     delivered, free, pending, asked = out.delivered, out.free, out.pending, out.asked
+    running_now = out.running
     leaf_of = tree.leaf_of
     for fp in footprints:
         gpus, until = fp.billing_gpus, fp.until
@@ -258,6 +296,9 @@ def _tally(tree: FlatTree, footprints: Iterable[Footprint], start: int, now: int
                     delivered[leaf] += hours
                 else:
                     free[leaf] += hours
+            if (fp.allocated and leaf is not None and run <= now
+                    and (until is None or until > now)):
+                running_now[leaf] += gpus  # as the ledger's level at now
         elif until is None and leaf is not None:
             pending[leaf] += gpus
         if leaf is None or not fp.allocated:
