@@ -101,6 +101,8 @@ def budget_rows(fair: FairShare, util: Mapping[str, float],
             "level_fs": _num(s.level_fs, 4), "rank": s.rank, "site_factor": s.site_factor,
             "mean_gpu_util_pct": _num(_util_of(s, util, fair), 1),
             "excluded_pending_gpus": _num(sum(ex.values())), "excluded_pending": ex,
+            "running_gpus": _num(s.running_gpus), "entitled_gpus": _num(s.entitled_gpus),
+            "entitlement_first": s.kind == "project" and s.account in fair.entitlement_first,
         })
         hours, billing = _refunded_of(s, refunds, projects) if refunds else (0.0, 0.0)
         rows[-1]["refunded_gpu_hours"] = _num(hours)
@@ -123,6 +125,7 @@ def budget_json(fair: FairShare, util: Mapping[str, float],
     ``refunds``: runs a slurm-ml drain ended, left uncharged (``views.run_refunds``)."""
     return {"window_start": fair.window_start, "window_end": fair.window_end,
             "capacity_billing_gpus": fair.capacity,
+            "entitlement_first": sorted(fair.entitlement_first),
             "nodes": budget_rows(fair, util, excluded, refunds), "ranking": ranking(fair),
             "refunds": [{"job_id": r.job_id, "account": r.account, "user": r.user,
                          "start": r.start, "end": r.end, "state": r.state.value,
@@ -175,6 +178,13 @@ def budget_text(data: Mapping[str, Any]) -> str:
     for r in under:
         lines.append(f"note: {r['account']} got {r['ratio']:.0%} of what it is owed and has "
                      f"work pending: its jobs rank first.")
+    for r in data["nodes"]:
+        if r.get("entitlement_first") and (r["pending_gpus"] or 0) > 0:
+            lines.append(f"note: {r['account']} runs {r['running_gpus']:g} of its "
+                         f"{r['entitled_gpus']:g} entitled billing GPUs and has work "
+                         f"pending: it ranks ahead of every allocation at or above its "
+                         f"entitlement, and may reclaim GPUs from those above it "
+                         f"(contracts.reclaim_entitlement).")
     for r in idle:
         lines.append(f"note: {r['account']} used its GPUs at {r['mean_gpu_util_pct']:.0f}% on "
                      f"average: allocated but mostly idle.")
@@ -262,7 +272,10 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
             "account": None if acct is None else {
                 "budget_share": _num(acct.budget_share, 4), "level_fs": _num(acct.level_fs, 4),
                 "delivered_gpu_hours": _num(acct.delivered), "owed_gpu_hours": _num(acct.owed),
-                "ratio": _num(acct.ratio, 3), "pending_gpus": _num(acct.pending_gpus)},
+                "ratio": _num(acct.ratio, 3), "pending_gpus": _num(acct.pending_gpus),
+                "running_gpus": _num(acct.running_gpus),
+                "entitled_gpus": _num(acct.entitled_gpus),
+                "entitlement_first": acct.account in fair.entitlement_first},
             "ranked_associations": sum(1 for s in fair.standings if s.rank is not None)}
     out["admission"] = admission_record(job)
     out["history"] = [{"at": d.decided_at.isoformat(), "kind": d.kind, "reason": d.reason,
@@ -307,6 +320,12 @@ def why_text(data: Mapping[str, Any]) -> str:
                      f"{(b['budget_share'] or 0) * 100:.1f}%, delivered "
                      f"{b['delivered_gpu_hours']} / owed {b['owed_gpu_hours']} GPU-hours "
                      f"(ratio {ratio}), {b['pending_gpus']} billing GPUs pending.")
+        if b.get("entitlement_first"):
+            lines.append(f"Entitlement first: it runs {b['running_gpus']:g} of its "
+                         f"{b['entitled_gpus']:g} entitled billing GPUs now, so its jobs rank "
+                         f"ahead of every account at or above its entitlement, and may "
+                         f"have jobs of accounts above theirs requeued once past their "
+                         f"protected runtime.")
     lane = data.get("lane")
     if lane and lane["member"]:
         started = ("" if lane["waited_s"] is None else

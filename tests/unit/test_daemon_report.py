@@ -46,6 +46,23 @@ def test_budget_rows_cover_the_tree_and_rank_the_starved_team_first() -> None:
     assert "note: llm-pretrain used its GPUs at 12% on average" in text
 
 
+def test_budget_status_says_who_runs_below_its_entitlement_now() -> None:
+    _slurm, fair = _fair()
+    data = report.budget_json(fair, {})
+
+    rows = {r["account"]: r for r in data["nodes"] if r["kind"] == "project"}
+    det = rows["detection"]
+    assert det["running_gpus"] < det["entitled_gpus"] and det["pending_gpus"] > 0
+    assert det["entitlement_first"] and "detection" in data["entitlement_first"]
+    assert det["entitled_gpus"] == pytest.approx(
+        det["budget_share"] * data["capacity_billing_gpus"], abs=0.01)
+    text = report.budget_text(data)
+    assert (f"note: detection runs {det['running_gpus']:g} of its {det['entitled_gpus']:g} "
+            "entitled billing GPUs and has work pending: it ranks ahead") in text
+    off = dataclasses.replace(fair, entitlement_first=frozenset())
+    assert "entitled billing GPUs" not in report.budget_text(report.budget_json(off, {}))
+
+
 def _held_and_dependent(slurm: FakeSlurm) -> FakeSlurm:
     """detection's dave adds a held a100 job and two jobs waiting on a dependency."""
     slurm.add_job(job(30, "dave", "detection", gpus=8, gtype="a100_80g", reason="JobHeldUser",
@@ -127,6 +144,10 @@ def test_why_explains_site_factor_admission_and_history() -> None:
     assert data["budget"]["association"]["rank"] == 1
     text = report.why_text(data)
     assert "SiteFactor" in text and "rank 1" in text and "requeue: requeued after" in text
+    acct = data["budget"]["account"]
+    assert job.account == "detection" and acct["entitlement_first"]
+    assert (f"Entitlement first: it runs {acct['running_gpus']:g} of its "
+            f"{acct['entitled_gpus']:g} entitled billing GPUs now") in text
 
     unknown = report.why_text(report.why_json(999, None, None, fair, []))
     assert "not known to slurmctld" in unknown and "No requeue" in unknown
