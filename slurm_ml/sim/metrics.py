@@ -48,9 +48,12 @@ as a chart series, labelled "running ratio"):
   after it counts for neither occupancy nor fairness.
 - *Entitled* GPU-hours of a team in an hour = its share (weight share x cluster GPUs) x
   the part of that hour inside the judged window.
-- *Demand* GPU-hours in an hour = GPUs its jobs were asking for (a job asks from its
-  submission to its end: it is running or pending all that time) integrated over that
-  hour, exactly from the job records; *busy* GPU-hours likewise from each job's runs.
+- *Demand* GPU-hours in an hour = GPUs its allocated (QOS alloc) jobs were asking for
+  (a job asks from its submission to its end: it is running or pending all that time)
+  integrated over that hour, exactly from the job records; *busy* GPU-hours likewise
+  from each allocated job's runs. Unallocated (QOS free) work is owed to no one, as in
+  Ai2's design and in the policy's own fair share: it counts for occupancy, never for
+  owed or delivered.
 - *Owed* = sum over hours of ``min(entitled_h, demand_h)``; *delivered* = busy GPU-hours
   in the judged window; *delivered toward owed* = sum over hours of
   ``min(busy_h, owed_h)``; *ratio* = delivered toward owed / owed, Ai2's "fraction of
@@ -60,8 +63,9 @@ as a chart series, labelled "running ratio"):
 - *Offered load* = GPU-hours requested inside the judged window (each job's requested
   run time clipped to the window, as if it ran from its submission) / (cluster GPUs x
   window hours). It depends on the trace and scenario only, never on the policy.
-- A team has *enough demand* when its offered GPU-hours in the judged window reach its
-  entitled GPU-hours there: decided from the offered load, the same for every policy.
+- A team has *enough demand* when its offered allocated GPU-hours in the judged window
+  reach its entitled GPU-hours there: decided from the offered load, the same for every
+  policy.
 """
 
 from __future__ import annotations
@@ -146,9 +150,11 @@ class TeamSummary:
 DEFINITIONS: dict[str, str] = {
     "judged_window": "[first arrival + warm-up, last arrival]: warm-up and drain excluded",
     "entitled_gpu_h": "per hour: weight share x cluster GPUs x hours inside the window",
-    "demand_gpu_h": "per hour: GPU-hours the team's jobs asked for (running + pending)",
+    "demand_gpu_h": "per hour: GPU-hours the team's allocated (QOS alloc) jobs asked "
+                    "for (running + pending); unallocated work is owed to no one",
     "owed_gpu_h": "sum over hours of min(entitled, demand)",
-    "delivered_gpu_h": "busy GPU-hours of the team inside the judged window",
+    "delivered_gpu_h": "busy GPU-hours of the team's allocated jobs inside the judged "
+                       "window",
     "delivered_owed_gpu_h": "per hour: min(busy, owed) GPU-hours, summed over the window",
     "ratio": "delivered toward owed / owed, at most 100% (Ai2's headline fairness "
              "number: the fraction of owed GPU-hours delivered)",
@@ -157,8 +163,8 @@ DEFINITIONS: dict[str, str] = {
                   "ledger after warm-up; a chart series, not the headline",
     "offered_load": "GPU-hours requested inside the judged window (each job clipped to "
                     "it, as if run from submission) / (cluster GPUs x window hours)",
-    "enough_demand": "offered GPU-hours in the judged window >= entitled GPU-hours "
-                     "there: from the workload, the same for every policy",
+    "enough_demand": "offered allocated GPU-hours in the judged window >= entitled "
+                     "GPU-hours there: from the workload, the same for every policy",
     "type_occupancy": "per GPU type: busy GPU-time of that type's GPUs / (its GPUs x "
                       "sampled time) over the judged window (a pool's utilisation)",
 }
@@ -198,12 +204,16 @@ class Ai2Team:
                 "offered_gpu_h": self.offered_gpu_h, "enough_demand": self.enough_demand}
 
 
-def offered_gpu_h(jobs: Iterable[SimJob], window: tuple[float, float]) -> dict[str, float]:
+def offered_gpu_h(jobs: Iterable[SimJob], window: tuple[float, float], *,
+                  allocated_only: bool = False) -> dict[str, float]:
     """GPU-hours each team's jobs request inside ``window``, each job's requested run
-    time clipped to it as if it ran from its submission (policy-independent)."""
+    time clipped to it as if it ran from its submission (policy-independent);
+    ``allocated_only``: its QOS alloc jobs only (what it can be owed)."""
     a, b = window
     out: dict[str, float] = {}
     for job in jobs:
+        if allocated_only and not job.allocated:
+            continue
         d = min(b, job.submit_s + job.duration_s) - max(a, job.submit_s)
         if d > 0:
             out[job.team] = out.get(job.team, 0.0) + job.gpus * d / 3600.0
@@ -257,8 +267,9 @@ def ai2_measures(result: SimResult, window: tuple[float, float], *,
     """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour,
     exactly from the job records (each job's submission, runs and end), not the samples.
 
-    ``offered`` (team -> offered GPU-hours in ``window``) decides *enough demand*; without
-    it no team has enough demand, rather than judging by the policy's outcome.
+    ``offered`` (team -> offered allocated GPU-hours in ``window``) decides *enough
+    demand*; without it no team has enough demand, rather than judging by the policy's
+    outcome. Unallocated jobs are neither demand nor delivered.
     """
     a, b = window
     share = shares(result)
@@ -272,8 +283,8 @@ def ai2_measures(result: SimResult, window: tuple[float, float], *,
             entitled_h[team, hour] = g * part
             entitled[team] = entitled.get(team, 0.0) + g * part
     for job in result.jobs:
-        if not job.feasible:
-            continue
+        if not job.feasible or not job.allocated:
+            continue  # never ran, or unallocated work: owed to no one
         # from submission to its end a job is always running or pending: asking for GPUs
         until = job.end_s if job.end_s is not None else result.end_s
         for hour, part in _hours(job.submit_s, until, a, b, hour_s):
@@ -555,7 +566,9 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
     load = (sum(offered.values()) * 3600.0 / (result.cluster_gpus * (judged[1] - judged[0]))
             if offered is not None and judged[1] > judged[0] and result.cluster_gpus > 0
             else None)
-    ai2 = ai2_measures(result, judged, offered=offered)
+    owed_to = (offered_gpu_h(workload, judged, allocated_only=True)
+               if workload is not None else None)
+    ai2 = ai2_measures(result, judged, offered=owed_to)
     return Summary(
         policy=result.policy, cluster_gpus=result.cluster_gpus, window=(a, b),
         warmup_s=warm, sampled_s=sampled, jobs=len(jobs), teams=teams, waits=waits,

@@ -28,6 +28,7 @@ class JobOutcome:
     #: every run as (start, end, GPUs held); the last one ends at the run's end if running
     runs: tuple[tuple[float, float, int], ...] = ()
     feasible: bool = True  # False: no node of this cluster could ever run it
+    allocated: bool = True  # QOS alloc; False: unallocated (QOS free) work, owed to no one
 
     @property
     def wait_s(self) -> float | None:

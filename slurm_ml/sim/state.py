@@ -289,7 +289,7 @@ def billing_weight(cfg: Config, gpu_type: str | None) -> float:
 
 
 def new_task(cfg: Config, cluster: Cluster, job: SimJob) -> Task:
-    qos = ALLOC_QOS if job.min_runtime_s > 0 else FREE_QOS
+    qos = ALLOC_QOS if job.allocated else FREE_QOS
     types = (cluster.types_for(job.gpu_type) if job.gpu_types is None
              else cluster.types_among(job.gpu_types))
     return Task(spec=job, types=types, qos=qos,

@@ -33,6 +33,12 @@ class SimJob:
     gpu_types: tuple[str, ...] | None = None
     mem_gb: float | None = None  # GPU memory it needs per GPU, in GB (None: not known)
 
+    @property
+    def allocated(self) -> bool:
+        """QOS alloc work (a contract above 0): charged to its team and owed; else QOS
+        free, unallocated work, which no one is owed."""
+        return self.min_runtime_s > 0
+
     def __post_init__(self) -> None:
         if self.gpus < 1:
             raise ValueError(f"job {self.job_id}: gpus must be >= 1, got {self.gpus}")

@@ -40,6 +40,24 @@ def test_the_paper_case() -> None:
     assert b.ratio == pytest.approx(8 / 12) and b.surplus_ratio == pytest.approx(16 / 12)
 
 
+def test_unallocated_work_is_owed_to_no_one() -> None:
+    """The paper case with b's job unallocated (QOS free, contract 0): b asked for and
+    ran 8 GPUs, but free work is owed to no one, so b is owed nothing, gets no ratio and
+    has no demand of its own; a is unchanged. Occupancy still counts b's run."""
+    cfg = scenario.cluster_config(load_config(DEFAULT_CONFIG), 8, {"a": 1.0, "b": 1.0},
+                                  users={"a": "ua", "b": "ub"})
+    jobs = [SimJob(1, "a", "ua", 0.0, 8, 2 * H),
+            SimJob(2, "b", "ub", 1 * H, 8, 2 * H, min_runtime_s=0)]
+    result = simulate(cfg, jobs, "fifo")
+    assert [j.allocated for j in result.jobs] == [True, False]
+    s = summarize(result, window=(0.0, 4 * H), warmup_s=0.0, workload=jobs)
+    a, b = s.ai2["a"], s.ai2["b"]
+    assert (a.owed_gpu_h, a.delivered_owed_gpu_h) == pytest.approx((8, 8))
+    assert (b.owed_gpu_h, b.delivered_gpu_h, b.demand_gpu_h) == (0, 0, 0)
+    assert b.ratio is None and not b.enough_demand
+    assert s.occupancy == pytest.approx(1.0)  # 8 GPUs busy for all 4 hours
+
+
 def _overlap_h(lo: float, hi: float, a: float, b: float) -> float:
     return max(0.0, min(hi, b) - max(lo, a)) / H
 
@@ -50,7 +68,7 @@ def _by_hand(result: SimResult, team: str, window: tuple[float, float]) -> float
     a, b = window
     total_w = sum(w for w in result.team_weights.values() if w > 0)
     share = result.team_weights[team] / total_w * result.cluster_gpus
-    mine = [j for j in result.jobs if j.team == team and j.feasible]
+    mine = [j for j in result.jobs if j.team == team and j.feasible and j.allocated]
     owed = toward = 0.0
     h0 = a
     while h0 < b:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from slurm_ml.config import Config
+from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy import fairshare
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.policy.fairshare.tree import flatten
@@ -417,7 +418,7 @@ class Engine:
                        requeues=t.requeues, lost_gpu_s=t.lost_gpu_s,
                        runs=(*t.runs, *(((t.run_start, st.now, t.held),)
                                         if t.state == RUNNING else ())),
-                       feasible=t.state != NEVER)
+                       feasible=t.state != NEVER, allocated=t.qos == ALLOC_QOS)
             for t in st.tasks)
         return SimResult(policy=self.policy.name, cluster_gpus=st.cluster.total,
                          start_s=self._start_s, end_s=st.now, jobs=outcomes,
