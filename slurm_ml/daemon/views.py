@@ -88,9 +88,12 @@ def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage],
 
     ``refunded``: (job id, start) of runs a fault ended (:func:`run_refunds`): they
     delivered nothing, though the team asked for GPUs all the same (demand stays)."""
+    # sacct --truncate ends a run still going at the window's end (now): it has not
+    # ended, and fair share counts it as running now (its GPUs, for the entitlement)
     out = [Footprint(job_id=u.job_id, account=u.account, user=u.user,
                      billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
-                     pending_from=u.submit, run_from=u.start, until=u.end)
+                     pending_from=u.submit, run_from=u.start,
+                     until=None if u.state == JobState.RUNNING else u.end)
            if (u.job_id, u.start) not in refunded else
            Footprint(job_id=u.job_id, account=u.account, user=u.user,
                      billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
