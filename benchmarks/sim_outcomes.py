@@ -26,6 +26,9 @@ each was met.
 
 Usage: python benchmarks/sim_outcomes.py [SCENARIO.yaml ...] [--seeds 0,1,2] [--jobs 2]
                                          [--out DIR] [--config slurm-ml.yaml] [--json]
+                                         [--policies budget,fifo] [--set KEY=VALUE ...]
+``--set`` overrides a scenario key in every scenario, as ``slurm-ml sim --set`` does
+(``engine.cycle_s=60``, ``policy.fast_lane.preempt_cap_fraction=0.02``).
 Without scenario files it runs every examples/sim/outcomes-*.yaml. Each run is written
 to ``OUT/<scenario>/<policy>-seed<N>.json`` as soon as it ends; a rerun skips the runs
 already there (same scenario text, config text, seed and policy), so an interrupted
@@ -142,10 +145,11 @@ def run_one(scenario_path: str, policy: str, seed: int, config_path: str,
     }
 
 
-def _key(scenario_path: str, policy: str, seed: int, config_path: str) -> str:
+def _key(scenario_path: str, policy: str, seed: int, config_path: str,
+         overrides: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256()
     for part in (Path(scenario_path).read_bytes(), Path(config_path).read_bytes(),
-                 f"{policy}/{seed}/{FORMAT}".encode()):
+                 f"{policy}/{seed}/{FORMAT}".encode(), "\n".join(overrides).encode()):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
@@ -164,14 +168,14 @@ def _load_done(path: Path, key: str) -> dict[str, Any] | None:
 
 
 def _task(scenario_path: str, policy: str, seed: int, *, config_path: str, out: str,
-          commit: str | None) -> dict[str, Any]:
+          commit: str | None, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """Worker: one run, written atomically to its file."""
-    measures = run_one(scenario_path, policy, seed, config_path)
+    measures = run_one(scenario_path, policy, seed, config_path, overrides)
     data = {"format": FORMAT, "status": "ok",
-            "key": _key(scenario_path, policy, seed, config_path),
+            "key": _key(scenario_path, policy, seed, config_path, overrides),
             "scenario": Path(scenario_path).stem, "scenario_path": scenario_path,
             "policy": policy, "seed": seed, "config": config_path, "commit": commit,
-            "measures": measures}
+            "overrides": list(overrides), "measures": measures}
     path = _path(Path(out), scenario_path, policy, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -196,7 +200,9 @@ def _cost(scenario_path: str, policy: str) -> float:
 
 
 def run_all(scenarios: Sequence[str], seeds: Sequence[int], *, jobs: int, out: Path,
-            config_path: str, log: Callable[[str], None]) -> list[dict[str, Any]]:
+            config_path: str, log: Callable[[str], None],
+            policies: Sequence[str] = POLICIES,
+            overrides: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every (scenario, policy, seed) not in ``out`` yet, ``jobs`` at a time; every
     run's record (the done ones read back). A failed run is logged and left out."""
     commit = _commit()
@@ -204,9 +210,9 @@ def run_all(scenarios: Sequence[str], seeds: Sequence[int], *, jobs: int, out: P
     records: list[dict[str, Any]] = []
     for sc in scenarios:
         for seed in seeds:
-            for policy in POLICIES:
+            for policy in policies:
                 done = _load_done(_path(out, sc, policy, seed),
-                                  _key(sc, policy, seed, config_path))
+                                  _key(sc, policy, seed, config_path, overrides))
                 if done is not None:
                     records.append(done)
                 else:
@@ -236,7 +242,8 @@ def run_all(scenarios: Sequence[str], seeds: Sequence[int], *, jobs: int, out: P
     if jobs <= 1:
         for spec in todo:
             try:
-                data = _task(*spec, config_path=config_path, out=str(out), commit=commit)
+                data = _task(*spec, config_path=config_path, out=str(out), commit=commit,
+                             overrides=overrides)
             except Exception as exc:  # logged; the other runs still run
                 report(spec, None, exc)
             else:
@@ -244,8 +251,8 @@ def run_all(scenarios: Sequence[str], seeds: Sequence[int], *, jobs: int, out: P
         return records
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures: dict[Future[dict[str, Any]], tuple[str, str, int]] = {
-            pool.submit(_task, *spec, config_path=config_path, out=str(out), commit=commit):
-            spec for spec in todo}
+            pool.submit(_task, *spec, config_path=config_path, out=str(out), commit=commit,
+                        overrides=overrides): spec for spec in todo}
         for fut in as_completed(futures):
             err = fut.exception()
             report(futures[fut], None if err is not None else fut.result(), err)
@@ -268,7 +275,7 @@ def _met(value: float | None, op: str, threshold: float) -> bool | None:
 
 
 def aggregate(records: Sequence[dict[str, Any]], scenarios: Sequence[str],
-              seeds: Sequence[int]) -> dict[str, Any]:
+              seeds: Sequence[int], policies: Sequence[str] = POLICIES) -> dict[str, Any]:
     """Per scenario and policy: each measure over the seeds; budget's targets."""
     by: dict[tuple[str, str, int], Mapping[str, Any]] = {
         (r["scenario"], r["policy"], r["seed"]): r["measures"] for r in records}
@@ -276,7 +283,7 @@ def aggregate(records: Sequence[dict[str, Any]], scenarios: Sequence[str],
     for path in scenarios:
         name = Path(path).stem
         pols: dict[str, Any] = {}
-        for policy in POLICIES:
+        for policy in policies:
             runs = {s: by[name, policy, s] for s in seeds if (name, policy, s) in by}
             if not runs:
                 continue
@@ -379,6 +386,14 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _policies(text: str) -> list[str]:
+    got = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in got if p not in POLICIES]
+    if not got or bad:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(POLICIES)}, not {text!r}")
+    return got
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from slurm_ml.assets import DEFAULT_CONFIG
 
@@ -393,6 +408,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", default=str(DEFAULT_CONFIG),
                     help="slurm-ml.yaml whose policy knobs to simulate")
     ap.add_argument("--json", action="store_true", help="print the aggregated data")
+    ap.add_argument("--policies", type=_policies, default=list(POLICIES),
+                    help=f"comma-separated subset of {','.join(POLICIES)} (default all)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="KEY=VALUE", help="a scenario key for every scenario "
+                    "(as slurm-ml sim --set); repeatable")
     args = ap.parse_args(argv)
     scenarios = [str(Path(p).resolve()) for p in args.scenarios] or [
         str(p) for p in sorted((REPO / "examples" / "sim").glob("outcomes-*.yaml"))]
@@ -404,9 +424,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     records = run_all(scenarios, args.seeds, jobs=max(1, args.jobs), out=args.out,
-                      config_path=str(Path(args.config).resolve()), log=log)
-    agg = aggregate(records, scenarios, args.seeds)
-    expected = len(scenarios) * len(POLICIES) * len(args.seeds)
+                      config_path=str(Path(args.config).resolve()), log=log,
+                      policies=args.policies, overrides=tuple(args.overrides))
+    agg = aggregate(records, scenarios, args.seeds, args.policies)
+    expected = len(scenarios) * len(args.policies) * len(args.seeds)
     if args.json:
         print(json.dumps(json_safe({"seeds": args.seeds, "runs": len(records),
                                   "expected_runs": expected, "commit": _commit(),

@@ -141,12 +141,25 @@ def loop_free(preemptor: AllocationPosition, need_billing: float, victim: Alloca
 
 
 def reclaims(preemptor: AllocationPosition, victim: AllocationPosition,
-             cfg: ContractsConfig) -> bool:
+             cfg: ContractsConfig, taken_billing: float = 0.0) -> bool:
     """``contracts.reclaim_entitlement``: the preemptor runs below its entitlement now and
     the victim above its own, whatever their window ratios (Kueue's reclaim of borrowed
-    quota); the loop-free rule still applies."""
+    quota), and losing ``taken_billing`` leaves the victim's allocation at or above its
+    entitlement: only borrowed GPUs are reclaimed, so an allocation is never pushed
+    below its entitlement (and so never reclaims back). The loop-free rule still
+    applies."""
+    entitled = victim.entitled_billing_gpus
     return (cfg.reclaim_entitlement and preemptor.below_entitlement
-            and victim.above_entitlement)
+            and victim.above_entitlement and entitled is not None
+            and victim.running_billing_gpus - taken_billing >= entitled - _EPS)
+
+
+def _window_allows(preemptor: AllocationPosition, victim: AllocationPosition,
+                   cfg: ContractsConfig) -> bool:
+    """The window rules: the victim over-served and ahead of the preemptor by the gap."""
+    v_ratio, p_ratio = victim.ratio, effective_ratio(preemptor)
+    return (v_ratio is not None and v_ratio > 1 + _EPS and p_ratio is not None
+            and v_ratio - p_ratio >= cfg.preempt_min_gap - _EPS)
 
 
 def effective_ratio(pos: AllocationPosition) -> float | None:
@@ -210,8 +223,9 @@ class _VictimAccounts:
             after = (p.running_billing_gpus - b) / p.budget_share
             if p.ratio is not None:
                 rows.append((p.ratio, a, after))
-            if p.above_entitlement:
-                self.above.append((a, after))
+            if p.above_entitlement and p.entitled_billing_gpus is not None and (
+                    p.running_billing_gpus - b >= p.entitled_billing_gpus - _EPS):
+                self.above.append((a, after))  # its smallest victim is borrowed GPUs
         rows.sort()
         self.ratios = [r for r, _, _ in rows]
         self.rows = [(a, after) for _, a, after in rows]
@@ -284,13 +298,14 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     if vpos is None or ppos is None or vpos.account == ppos.account:
         return "no budget position"
     v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
-    if reclaims(ppos, vpos, cfg):
+    if reclaims(ppos, vpos, cfg, victim.billing_gpus):
         if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
             return "the waiting allocation would end above the victim's share (loop-free rule)"
         return None
     if v_ratio is None or v_ratio <= 1 + _EPS:  # 1.0000000000000002 is served, not over
         if cfg.reclaim_entitlement:
-            return "its allocation is neither over-served nor above its entitlement now"
+            return ("its allocation is not over-served, and not above its entitlement by "
+                    "this job's GPUs")
         return "its allocation is not over-served"
     if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
         return "delivered/owed gap below preempt_min_gap"
@@ -329,7 +344,10 @@ def _option(now: int, job: WaitingJob, *, ledger: PreemptionLedger, state: _Stat
         billing: dict[str, float] = {}
         for v in victims:
             billing[v.account] = billing.get(v.account, 0.0) + v.billing_gpus
-        return all(loop_free(ppos, job.billing_gpus, positions[a], b) for a, b in billing.items())
+        return all(loop_free(ppos, job.billing_gpus, positions[a], b)
+                   and (_window_allows(ppos, positions[a], cfg)  # else reclaim: all of them
+                        or reclaims(ppos, positions[a], cfg, b))  # borrowed GPUs only
+                   for a, b in billing.items())
 
     return state.planner.best(job.gpus, job.gpu_types, can_take=can_take, set_ok=set_ok,
                               budget=state.budget_left, only=state.planner.nodes_of(allowed))
@@ -344,7 +362,7 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     guard = protected_s(victim, cfg)
     runtime = (f"its {guard // 60}-min minimum runtime" if victim.time_min_s is not None
                else f"{guard // 60} min (the cap: slurm-ml has no record of its protection)")
-    basis = "entitlement" if reclaims(pb, vb, cfg) else "window"
+    basis = "window" if _window_allows(pb, vb, cfg) else "entitlement"
     if basis == "entitlement":
         reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} can "
                   f"start: {job.account} runs {pb.running_billing_gpus:g} of its "

@@ -610,9 +610,11 @@ def test_every_requeue_keeps_the_contract(
         assert NOW - ledger.last_requeue.get(victim.job_id, NOW - 10 * H) >= H
         vpos, ppos = pos_map[rq.victim_account], pos_map[rq.for_account]
         over_served = vpos.ratio is not None and vpos.ratio > 1
-        # reclaim: the preemptor below its entitlement, the victim above its own
-        assert over_served or (vpos.above_entitlement and ppos.below_entitlement)
-        assert rq.details["basis"] == ("entitlement" if reclaims(ppos, vpos, CFG) else "window")
+        # reclaim: the preemptor below its entitlement, the victim above its own, and
+        # still at or above it without this job (only borrowed GPUs are reclaimed)
+        assert over_served or reclaims(ppos, vpos, CFG, victim.billing_gpus)
+        if rq.details["basis"] == "entitlement":
+            assert reclaims(ppos, vpos, CFG, victim.billing_gpus)
 
 
 def test_float_noise_around_one_is_neither_over_nor_under_served() -> None:
@@ -677,7 +679,8 @@ def test_a_job_below_its_entitlement_reclaims_whatever_the_window_ratios() -> No
 
 
 @pytest.mark.parametrize(("victim", "preemptor", "allowed"), [
-    (NLP_BORROWS, VISION_SHORT, True),
+    (NLP_BORROWS, VISION_SHORT, True),  # 24 - 8 = 16: nlp keeps its entitlement
+    (ent(NLP_BORROWS, 20.0), VISION_SHORT, False),  # 24 - 8 < 20: below it after: no
     (ent(NLP_BORROWS, 24.0), VISION_SHORT, False),  # nlp at its entitlement: not above
     (NLP_BORROWS, ent(VISION_SHORT, 0.0), False),  # vision at its own: not below
     (ent(NLP_BORROWS, None), VISION_SHORT, False),  # unknown entitlement: neither
@@ -686,7 +689,7 @@ def test_a_job_below_its_entitlement_reclaims_whatever_the_window_ratios() -> No
 def test_reclaim_needs_the_preemptor_below_and_the_victim_above(
         victim: AllocationPosition, preemptor: AllocationPosition, allowed: bool) -> None:
     pmap = positions(victim, preemptor)
-    assert reclaims(preemptor, victim, CFG) is allowed
+    assert reclaims(preemptor, victim, CFG, run(1).billing_gpus) is allowed
     assert (victim_blocker(NOW, run(1), wait(), positions=pmap, ledger=EMPTY, cfg=CFG)
             is None) is allowed
 

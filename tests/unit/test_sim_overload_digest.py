@@ -31,7 +31,7 @@ EXPECTED = {
     # the default config, fast lane on (recorded at the commit that added it)
     "budget+lane": "b1f8b17ff9157f94684efe0e4e659e7f149fea4d5038b5b56b6895449756417a",
     # the default config, entitlement reclaim on (recorded at the commit that added it)
-    "budget+lane+reclaim": "46d2e80e2f9966cd590486af3a0651af4bd7c3b5e2aff1f461fa35420f8ef65e",
+    "budget+lane+reclaim": "afc1ad82cbeec099e2643ff0c9c8c2623d01927cda1aaf22251506d3f81a47da",
 }
 
 
