@@ -148,8 +148,11 @@ def run_one(scenario_path: str, policy: str, seed: int, config_path: str,
 def _key(scenario_path: str, policy: str, seed: int, config_path: str,
          overrides: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256()
-    for part in (Path(scenario_path).read_bytes(), Path(config_path).read_bytes(),
-                 f"{policy}/{seed}/{FORMAT}".encode(), "\n".join(overrides).encode()):
+    parts = [Path(scenario_path).read_bytes(), Path(config_path).read_bytes(),
+             f"{policy}/{seed}/{FORMAT}".encode()]
+    if overrides:  # without, the key of the runs made before --set
+        parts.append("\n".join(overrides).encode())
+    for part in parts:
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
