@@ -21,6 +21,7 @@ from slurm_ml.model import Job, JobState
 from slurm_ml.policy import preempt_grace
 from slurm_ml.policy.contracts import (
     PreemptionLedger,
+    after_requeues,
     allocation_positions,
     plan_requeues,
     preemption_budget_left,
@@ -331,7 +332,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     gone = {rq.victim for rq in requeues}
     lane_requeues = plan_lane_requeues(
         now, [r for r in candidates if r.job_id not in gone],
-        [w for w in waiting if w.job_id in lane.members], positions, book,
+        [w for w in waiting if w.job_id in lane.members], after_requeues(positions, requeues),
+        book,
         node_slots(cluster_nodes(cfg, obs.nodes), [r for r in running if r.job_id not in gone]),
         cfg.total_gpus(), cfg.policy.fast_lane, cfg.policy.contracts,
         short={j.job_id for j in lane_running})

@@ -175,16 +175,19 @@ def budget_text(data: Mapping[str, Any]) -> str:
              and r["ratio"] < 0.95 and (r["pending_gpus"] or 0) > 0]
     idle = [r for r in data["nodes"] if r["kind"] == "project"
             and r["mean_gpu_util_pct"] is not None and r["mean_gpu_util_pct"] < 25]
+    first = set(data.get("entitlement_first") or ())
     for r in under:
+        after = ("" if not first or r["account"] in first else
+                 " after those of projects below their entitlement now")
         lines.append(f"note: {r['account']} got {r['ratio']:.0%} of what it is owed and has "
-                     f"work pending: its jobs rank first.")
+                     f"work pending: its jobs rank first{after}.")
     for r in data["nodes"]:
         if r.get("entitlement_first") and (r["pending_gpus"] or 0) > 0:
-            lines.append(f"note: {r['account']} runs {r['running_gpus']:g} of its "
-                         f"{r['entitled_gpus']:g} entitled billing GPUs and has work "
+            lines.append(f"note: {r['account']} runs {r['running_gpus']:.1f} of its "
+                         f"{r['entitled_gpus']:.1f} entitled billing GPUs and has work "
                          f"pending: it ranks ahead of every allocation at or above its "
-                         f"entitlement, and may reclaim GPUs from those above it "
-                         f"(contracts.reclaim_entitlement).")
+                         f"entitlement, and its allocated jobs may reclaim GPUs those "
+                         f"above theirs borrowed (contracts.reclaim_entitlement).")
     for r in idle:
         lines.append(f"note: {r['account']} used its GPUs at {r['mean_gpu_util_pct']:.0f}% on "
                      f"average: allocated but mostly idle.")
@@ -321,11 +324,11 @@ def why_text(data: Mapping[str, Any]) -> str:
                      f"{b['delivered_gpu_hours']} / owed {b['owed_gpu_hours']} GPU-hours "
                      f"(ratio {ratio}), {b['pending_gpus']} billing GPUs pending.")
         if b.get("entitlement_first"):
-            lines.append(f"Entitlement first: it runs {b['running_gpus']:g} of its "
-                         f"{b['entitled_gpus']:g} entitled billing GPUs now, so its jobs rank "
-                         f"ahead of every account at or above its entitlement, and may "
-                         f"have jobs of accounts above theirs requeued once past their "
-                         f"protected runtime.")
+            lines.append(f"Entitlement first: it runs {b['running_gpus']:.1f} of its "
+                         f"{b['entitled_gpus']:.1f} entitled billing GPUs now, so its jobs "
+                         f"rank ahead of every account at or above its entitlement, and "
+                         f"may have jobs of accounts above theirs requeued once past their "
+                         f"protected runtime (only GPUs borrowed beyond an entitlement).")
     lane = data.get("lane")
     if lane and lane["member"]:
         started = ("" if lane["waited_s"] is None else

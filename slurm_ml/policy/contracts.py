@@ -140,26 +140,36 @@ def loop_free(preemptor: AllocationPosition, need_billing: float, victim: Alloca
     return after_p <= after_v + _EPS
 
 
+def keeps_entitlement(victim: AllocationPosition, taken_billing: float,
+                      cfg: ContractsConfig) -> bool:
+    """With ``contracts.reclaim_entitlement`` no requeue, by either rule, leaves an
+    allocation below its entitlement: losing ``taken_billing`` keeps it at or above it
+    (an unknown entitlement sets no floor). So a requeue never makes its victim's
+    allocation below its entitlement, and it never reclaims back."""
+    entitled = victim.entitled_billing_gpus
+    return (not cfg.reclaim_entitlement or entitled is None
+            or victim.running_billing_gpus - taken_billing >= entitled - _EPS)
+
+
 def reclaims(preemptor: AllocationPosition, victim: AllocationPosition,
              cfg: ContractsConfig, taken_billing: float = 0.0) -> bool:
     """``contracts.reclaim_entitlement``: the preemptor runs below its entitlement now and
     the victim above its own, whatever their window ratios (Kueue's reclaim of borrowed
     quota), and losing ``taken_billing`` leaves the victim's allocation at or above its
-    entitlement: only borrowed GPUs are reclaimed, so an allocation is never pushed
-    below its entitlement (and so never reclaims back). The loop-free rule still
-    applies."""
-    entitled = victim.entitled_billing_gpus
+    entitlement (``keeps_entitlement``: only borrowed GPUs are reclaimed). The loop-free
+    rule still applies."""
     return (cfg.reclaim_entitlement and preemptor.below_entitlement
-            and victim.above_entitlement and entitled is not None
-            and victim.running_billing_gpus - taken_billing >= entitled - _EPS)
+            and victim.above_entitlement and victim.entitled_billing_gpus is not None
+            and keeps_entitlement(victim, taken_billing, cfg))
 
 
 def _window_allows(preemptor: AllocationPosition, victim: AllocationPosition,
                    cfg: ContractsConfig) -> bool:
-    """The window rules: the victim over-served and ahead of the preemptor by the gap."""
+    """The window rules: the preemptor under-served, the victim over-served and ahead of
+    it by the gap."""
     v_ratio, p_ratio = victim.ratio, effective_ratio(preemptor)
     return (v_ratio is not None and v_ratio > 1 + _EPS and p_ratio is not None
-            and v_ratio - p_ratio >= cfg.preempt_min_gap - _EPS)
+            and p_ratio < 1 - _EPS and v_ratio - p_ratio >= cfg.preempt_min_gap - _EPS)
 
 
 def effective_ratio(pos: AllocationPosition) -> float | None:
@@ -203,7 +213,8 @@ class _VictimAccounts:
     ruled out before any node is searched. A necessary condition only: the victims
     themselves still pass ``victim_blocker``."""
 
-    def __init__(self, pool: Sequence[RunningJob]) -> None:
+    def __init__(self, pool: Sequence[RunningJob], cfg: ContractsConfig) -> None:
+        self.cfg = cfg
         self.min_billing: dict[str, float] = {}
         for v in pool:
             self.min_billing[v.account] = min(self.min_billing.get(v.account, math.inf),
@@ -221,10 +232,9 @@ class _VictimAccounts:
             if p is None or p.budget_share <= 0:
                 continue
             after = (p.running_billing_gpus - b) / p.budget_share
-            if p.ratio is not None:
+            if p.ratio is not None and keeps_entitlement(p, b, self.cfg):
                 rows.append((p.ratio, a, after))
-            if p.above_entitlement and p.entitled_billing_gpus is not None and (
-                    p.running_billing_gpus - b >= p.entitled_billing_gpus - _EPS):
+            if p.above_entitlement and keeps_entitlement(p, b, self.cfg):
                 self.above.append((a, after))  # its smallest victim is borrowed GPUs
         rows.sort()
         self.ratios = [r for r, _, _ in rows]
@@ -246,6 +256,8 @@ class _VictimAccounts:
         if cfg.reclaim_entitlement and ppos.below_entitlement:  # ``reclaims``
             out = [a for a, after in self.above if after >= after_p - _EPS
                    and a != ppos.account]
+        if p_ratio >= 1 - _EPS:  # the window rules need it under-served
+            return out
         i = bisect_left(self.ratios, max(1 + _EPS, p_ratio + cfg.preempt_min_gap - _EPS))
         while i < len(self.ratios) and self.ratios[i] <= 1 + _EPS:
             i += 1
@@ -298,15 +310,20 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     if vpos is None or ppos is None or vpos.account == ppos.account:
         return "no budget position"
     v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
+    if not keeps_entitlement(vpos, victim.billing_gpus, cfg):
+        return "its allocation would fall below its entitlement without it"
     if reclaims(ppos, vpos, cfg, victim.billing_gpus):
         if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
             return "the waiting allocation would end above the victim's share (loop-free rule)"
         return None
     if v_ratio is None or v_ratio <= 1 + _EPS:  # 1.0000000000000002 is served, not over
         if cfg.reclaim_entitlement:
-            return ("its allocation is not over-served, and not above its entitlement by "
-                    "this job's GPUs")
+            return ("its allocation is not over-served, and no reclaim applies (the waiting "
+                    "allocation is not below its entitlement, or this one not above its own)")
         return "its allocation is not over-served"
+    if cfg.reclaim_entitlement and (p_ratio is None or p_ratio >= 1 - _EPS):
+        return ("the waiting allocation is neither under-served nor, with this victim, "
+                "reclaiming GPUs borrowed beyond an entitlement")
     if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
         return "delivered/owed gap below preempt_min_gap"
     if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
@@ -345,8 +362,9 @@ def _option(now: int, job: WaitingJob, *, ledger: PreemptionLedger, state: _Stat
         for v in victims:
             billing[v.account] = billing.get(v.account, 0.0) + v.billing_gpus
         return all(loop_free(ppos, job.billing_gpus, positions[a], b)
-                   and (_window_allows(ppos, positions[a], cfg)  # else reclaim: all of them
-                        or reclaims(ppos, positions[a], cfg, b))  # borrowed GPUs only
+                   and keeps_entitlement(positions[a], b, cfg)  # all its victims together
+                   and (_window_allows(ppos, positions[a], cfg)
+                        or reclaims(ppos, positions[a], cfg, b))
                    for a, b in billing.items())
 
     return state.planner.best(job.gpus, job.gpu_types, can_take=can_take, set_ok=set_ok,
@@ -365,10 +383,10 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     basis = "window" if _window_allows(pb, vb, cfg) else "entitlement"
     if basis == "entitlement":
         reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} can "
-                  f"start: {job.account} runs {pb.running_billing_gpus:g} of its "
-                  f"{pb.entitled_billing_gpus or 0:.4g} entitled billing GPUs, {victim.account} "
-                  f"runs {vb.running_billing_gpus:g}, above its "
-                  f"{vb.entitled_billing_gpus or 0:.4g}")
+                  f"start: {job.account} runs {pb.running_billing_gpus:.1f} of its "
+                  f"{pb.entitled_billing_gpus or 0:.1f} entitled billing GPUs, "
+                  f"{victim.account} runs {vb.running_billing_gpus:.1f}, above its "
+                  f"{vb.entitled_billing_gpus or 0:.1f}")
     else:
         reason = (f"requeued after {runtime} so that job {job.job_id} of {job.account} "
                   f"({_fmt_ratio(pb.ratio)}) can start; {victim.account} is over-served "
@@ -437,7 +455,7 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
                       prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))
                       else 0.0)
     state = _State(positions=dict(positions), planner=planner, budget_left=budget_left,
-                   accounts=_VictimAccounts(pool))
+                   accounts=_VictimAccounts(pool, cfg))
     state.accounts.refresh(state.positions)
     out: list[Requeue] = []
     # (account, GPUs, types, billing) -> the planner version it found nothing at
@@ -470,6 +488,25 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
         state.accounts.refresh(state.positions)
         state.budget_left -= best.gpus
     return out
+
+
+def after_requeues(positions: Mapping[str, AllocationPosition],
+                   requeues: Sequence[Requeue]) -> dict[str, AllocationPosition]:
+    """The positions once ``requeues`` (a plan's) are done: each victim's billing GPUs
+    leave its allocation and the job it was requeued for counts once for its own."""
+    out = dict(positions)
+    started: set[int] = set()
+    for rq in requeues:
+        if rq.victim_account in out:
+            _shift(out, rq.victim_account, -_number(rq.details.get("victim_billing_gpus")))
+        if rq.for_account in out and rq.for_job not in started:
+            started.add(rq.for_job)
+            _shift(out, rq.for_account, _number(rq.details.get("for_billing_gpus")))
+    return out
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def allocation_positions(fair: FairShare, running: Sequence[RunningJob],

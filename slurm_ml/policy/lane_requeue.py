@@ -6,10 +6,12 @@ Slurm's preempt/qos has nothing to requeue, and a lane job waits for the next jo
 (up to minutes on a cluster of long jobs). Ai2's debug jobs preempt work past its
 minimum runtime; so may a lane job here, after ``fast_lane.preempt_after_s``:
 
-* victims are what the contracts may requeue for anyone (``contracts.requeueable``):
-  allocated, resumable, batch work past its protected runtime, outside the cooldown, of
-  an over-served allocation; never short work itself, so lane jobs cannot requeue each
-  other;
+* victims are what the contracts' window rule may requeue for anyone
+  (``contracts.requeueable``): allocated, resumable, batch work past its protected
+  runtime, outside the cooldown, of an over-served allocation; never short work itself,
+  so lane jobs cannot requeue each other; and with ``contracts.reclaim_entitlement``
+  never so many that the allocation falls below its entitlement
+  (``contracts.keeps_entitlement``, on the positions after the contracts' requeues);
 * the set that loses the fewest GPU-hours, ties from the most over-served allocation
   (the contracts' planner, node by node);
 * within a budget of its own: ``floor(fast_lane.preempt_cap_fraction x GPUs)`` per
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 from slurm_ml.config import ContractsConfig, FastLaneConfig
 from slurm_ml.policy import preempt_grace
@@ -37,6 +40,7 @@ from slurm_ml.policy.contracts import (
     AllocationPosition,
     PreemptionLedger,
     Requeue,
+    keeps_entitlement,
     protected_s,
     requeueable,
     starving_reason,
@@ -117,10 +121,24 @@ def plan_lane_requeues(  # noqa: PLR0917  (the daemon's call shape: one value pe
              if now - w.submit >= cfg.preempt_after_s and starving_reason(w.reason)]
     if not ready:
         return []
-    pool = [r for r in requeueable(now, running, positions, ledger, ccfg)
-            if r.job_id not in short]
+    # victims of over-served allocations only (the window rule; the reclaim is the
+    # contracts' own), and with reclaim_entitlement never below an entitlement: each
+    # victim alone here, all of an allocation's together in ``set_ok``
+    window = replace(ccfg, reclaim_entitlement=False)
+    pool = [r for r in requeueable(now, running, positions, ledger, window)
+            if r.job_id not in short
+            and keeps_entitlement(positions[r.account], r.billing_gpus, ccfg)]
     if not pool:
         return []
+    taken: dict[str, float] = {}  # billing GPUs requeued per allocation so far
+
+    def set_ok(victims: Sequence[RunningJob]) -> bool:
+        more: dict[str, float] = {}
+        for v in victims:
+            more[v.account] = more.get(v.account, 0.0) + v.billing_gpus
+        return all(keeps_entitlement(positions[a], taken.get(a, 0.0) + b, ccfg)
+                   for a, b in more.items())
+
     planner = Planner(now, nodes, pool,
                       prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))
                       else 0.0)
@@ -137,9 +155,11 @@ def plan_lane_requeues(  # noqa: PLR0917  (the daemon's call shape: one value pe
         if least > budget_left:
             continue
         best = planner.best(job.gpus, job.gpu_types, can_take=_acceptable_to(job),
-                            set_ok=lambda _vs: True, budget=budget_left)
+                            set_ok=set_ok, budget=budget_left)
         if best is None:
             continue
+        for v in best.victims:
+            taken[v.account] = taken.get(v.account, 0.0) + v.billing_gpus
         out.extend(_describe(now, v, job, positions=positions, lost_gpu_h=best.lost_gpu_h,
                              nodes=best.nodes, budget_left=budget_left, ccfg=ccfg)
                    for v in best.victims)
@@ -161,14 +181,9 @@ def _describe(now: int, victim: RunningJob, job: WaitingJob, *,
     guard = protected_s(victim, ccfg)
     waited = now - job.submit
     shown = f"{ratio:.2f}" if ratio is not None else "unknown"
-    if vpos is not None and (ratio is None or ratio <= 1) and vpos.above_entitlement:
-        why = (f"{victim.account} runs {vpos.running_billing_gpus:g} billing GPUs, above its "
-               f"entitlement of {vpos.entitled_billing_gpus or 0:.4g}")
-    else:
-        why = f"{victim.account} is over-served (delivered/owed {shown})"
     reason = (f"requeued after its {guard // 60}-min minimum runtime so that fast-lane job "
               f"{job.job_id} of {job.account} (short work, waiting {waited} s) can start; "
-              f"{why}")
+              f"{victim.account} is over-served (delivered/owed {shown})")
     details: dict[str, object] = {
         "lane": True, "victim_ratio": ratio, "waited_s": waited, "ran_s": victim.ran_s(now),
         "protected_s": guard, "for_gpus": job.gpus, "nodes": list(nodes),

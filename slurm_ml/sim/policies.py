@@ -318,7 +318,8 @@ class Budget(Policy):
         left = [r for r in running if r.job_id not in gone] if gone else running
         nodes = placement_nodes(st, left) if gone else placement_nodes_now(st)
         short = {t.spec.job_id for t in st.running.values() if self.lane_job(st, t) is not None}
-        return lane_requeue.plan_lane_requeues(now, left, waiting, pos, ledger, nodes,
+        after = contracts.after_requeues(pos, planned) if planned else pos
+        return lane_requeue.plan_lane_requeues(now, left, waiting, after, ledger, nodes,
                                                st.cluster.total, fl, ccfg, short)
 
     @staticmethod

@@ -19,6 +19,7 @@ from slurm_ml.policy.contracts import (
     AllocationPosition,
     PreemptionLedger,
     Requeue,
+    after_requeues,
     loop_free,
     plan_requeues,
     preemption_budget_left,
@@ -675,7 +676,7 @@ def test_a_job_below_its_entitlement_reclaims_whatever_the_window_ratios() -> No
     assert out[0].details["basis"] == "entitlement"
     assert out[0].reason == (
         "requeued after its 60-min minimum runtime so that job 123 of vision can start: "
-        "vision runs 0 of its 16 entitled billing GPUs, nlp runs 24, above its 16")
+        "vision runs 0.0 of its 16.0 entitled billing GPUs, nlp runs 24.0, above its 16.0")
 
 
 @pytest.mark.parametrize(("victim", "preemptor", "allowed"), [
@@ -717,3 +718,56 @@ def test_a_job_at_its_entitlement_is_not_starved_by_reclaim() -> None:
     """vision runs its whole entitlement and is not under-served: nothing to reclaim."""
     pmap = positions(NLP_BORROWS, ent(pos("vision", 0.5, 1.1, 16.0), 16.0))
     assert plan(pos_map=pmap) == []
+
+
+def test_an_over_served_allocation_below_its_entitlement_does_not_use_the_window_rule() -> None:
+    """a (ratio 1.10) is below its entitlement, so its job is starved; b (1.35) is
+    over-served. The window rule needs an under-served preemptor, so it does not apply;
+    the reclaim does not either: at its entitlement b borrows nothing (a review's case:
+    b's job was requeued by the window rule, taking b below its entitlement), and with
+    no known entitlement nothing of b's is borrowed."""
+    a = ent(pos("vision", 0.5, 1.10, 0.0), 8.0)
+    running = [run(1, gpus=4), run(2, gpus=4)]
+    for b in (ent(pos("nlp", 0.5, 1.35, 8.0), 8.0), pos("nlp", 0.5, 1.35, 8.0)):
+        assert plan(running, [wait(gpus=4)], positions(a, b)) == [], b
+    assert victim_blocker(NOW, running[0], wait(gpus=4), ledger=EMPTY, cfg=CFG,
+                          positions=positions(a, pos("nlp", 0.5, 1.35, 8.0))) == (
+        "the waiting allocation is neither under-served nor, with this victim, reclaiming "
+        "GPUs borrowed beyond an entitlement")
+
+
+def test_no_requeue_takes_an_allocation_below_its_entitlement() -> None:
+    """vision (under-served, 0.4) may requeue by the window rule, but nlp (1.3) runs only
+    4 billing GPUs above its 16: one 8-GPU job would take it below, so none goes; with
+    the reclaim off the window rule alone takes it."""
+    nlp = ent(pos("nlp", 0.5, 1.3, 20.0), 16.0)
+    vision = ent(pos("vision", 0.5, 0.4, 0.0), 16.0)
+    running = [run(1, gpus=8), run(2, gpus=8), run(3, gpus=4)]
+    assert [r.victim for r in plan(running, [wait(gpus=4)], positions(nlp, vision))] == [3]
+    assert plan(running, [wait(gpus=8)], positions(nlp, vision)) == []
+    window_only = replace(CFG, reclaim_entitlement=False)
+    assert plan(running, [wait(gpus=8)], positions(nlp, vision), cfg=window_only) != []
+
+
+def test_one_plan_never_takes_an_allocation_below_its_entitlement_across_jobs() -> None:
+    """Two starved 4-GPU jobs; nlp borrows 4 billing GPUs (20 of 16): only the first is
+    served from it."""
+    nlp = ent(pos("nlp", 0.5, 1.3, 20.0), 16.0)
+    vision = ent(pos("vision", 0.5, 0.4, 0.0), 16.0)
+    running = [run(1, gpus=4), run(2, gpus=4), run(3, gpus=4), run(4, gpus=4), run(5, gpus=4)]
+    out = plan(running, [wait(123, gpus=4, order=0), wait(124, gpus=4, order=1)],
+               positions(nlp, vision))
+    assert [r.for_job for r in out] == [123]
+
+
+def test_positions_after_a_plan_move_the_victims_and_the_jobs_they_were_for() -> None:
+    nlp = ent(pos("nlp", 0.5, 1.3, 28.0), 16.0)
+    vision = ent(pos("vision", 0.5, 0.4, 0.0), 16.0)
+    running = [run(1, gpus=4), run(2, gpus=4), run(3, gpus=4), run(4, gpus=8), run(5, gpus=8)]
+    pmap = positions(nlp, vision)
+    out = plan(running, [wait(123, gpus=8)], pmap)
+    assert out
+    after = after_requeues(pmap, out)
+    taken = sum(r.gpus for r in out)
+    assert after["nlp"].running_billing_gpus == 28.0 - taken
+    assert after["vision"].running_billing_gpus == 8.0  # the job it was for, once

@@ -57,7 +57,7 @@ def test_budget_status_says_who_runs_below_its_entitlement_now() -> None:
     assert det["entitled_gpus"] == pytest.approx(
         det["budget_share"] * data["capacity_billing_gpus"], abs=0.01)
     text = report.budget_text(data)
-    assert (f"note: detection runs {det['running_gpus']:g} of its {det['entitled_gpus']:g} "
+    assert (f"note: detection runs {det['running_gpus']:.1f} of its {det['entitled_gpus']:.1f} "
             "entitled billing GPUs and has work pending: it ranks ahead") in text
     off = dataclasses.replace(fair, entitlement_first=frozenset())
     assert "entitled billing GPUs" not in report.budget_text(report.budget_json(off, {}))
@@ -146,8 +146,8 @@ def test_why_explains_site_factor_admission_and_history() -> None:
     assert "SiteFactor" in text and "rank 1" in text and "requeue: requeued after" in text
     acct = data["budget"]["account"]
     assert job.account == "detection" and acct["entitlement_first"]
-    assert (f"Entitlement first: it runs {acct['running_gpus']:g} of its "
-            f"{acct['entitled_gpus']:g} entitled billing GPUs now") in text
+    assert (f"Entitlement first: it runs {acct['running_gpus']:.1f} of its "
+            f"{acct['entitled_gpus']:.1f} entitled billing GPUs now") in text
 
     unknown = report.why_text(report.why_json(999, None, None, fair, []))
     assert "not known to slurmctld" in unknown and "No requeue" in unknown

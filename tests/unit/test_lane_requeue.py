@@ -162,3 +162,25 @@ def test_the_daemon_reads_lane_requeues_back_into_their_own_cap() -> None:
     assert book.last_requeue == {1: NOW - 60, 2: NOW - 60, 3: NOW - 60}
     assert sorted(book.recent) == [(NOW - 60, 4), (NOW - 60, 8)]
     assert list(book.lane_recent) == [(NOW - 60, 2)]
+
+
+def test_the_lane_never_takes_an_allocation_below_its_entitlement() -> None:
+    """A review's case: b (ratio 0.8, not over-served) runs 12 of its 8 entitled billing
+    GPUs; two lane jobs of c wait. The lane takes only over-served allocations' work, so
+    nothing of b's; over-served, b gives one job (12 - 4 = 8 keeps its entitlement) and
+    not a second."""
+    lane = dataclasses.replace(LANE, preempt_cap_fraction=1.0)
+    runs = [running_job(i, start=NOW - 10 * 3600, account="b", gpus=4, gpu_type="a100",
+                        billing_gpus=4.0, time_min_s=0, nodes=(f"n{i}",)) for i in (1, 2, 3)]
+    nodes = node_slots([NodeSpec(f"n{i}", "a100", "leaf1", 4) for i in (1, 2, 3)], runs)
+    waiting = [waiting_job(10 + k, submit=NOW - 600, account="c", gpus=4, billing_gpus=4.0)
+               for k in range(2)]
+
+    def victims(ratio: float) -> list[int]:
+        pos = {"b": AllocationPosition("b", 0.5, ratio, 12.0, 8.0),
+               "c": AllocationPosition("c", 0.5, 0.1, 0.0, 8.0)}
+        return [r.victim for r in plan_lane_requeues(NOW, runs, waiting, pos, EMPTY, nodes,
+                                                     12, lane, CONTRACTS)]
+
+    assert victims(0.8) == []  # not over-served: no lane victim, whatever its entitlement
+    assert len(victims(1.5)) == 1
