@@ -16,6 +16,13 @@ under-served one. Guards, each from a system that learned it the hard way:
 * a preemption budget: a per-job cooldown and a cluster cap of
   ``floor(preempt_cap_fraction x total GPUs)`` GPUs per ``preempt_cap_window_s``.
 
+Entitlement first (``reclaim_entitlement``, Kueue's reclaim of borrowed quota; Ai2's
+owed counts each hour): an allocation running below its entitlement now (budget share x
+capacity) is also eligible, whatever its ratio, and may take jobs of one running above
+its own entitlement, whatever their ratios and the gap; loop-free, the cooldown and the
+cap still apply. With it on, no requeue by either rule leaves its victim's allocation
+below its entitlement (``keeps_entitlement``).
+
 Small clusters: the cap is a floor, so at the defaults (5 % per 10 min) a 40-GPU cluster
 may requeue at most 2 GPUs per 10 min, which means a starved job needing more than 2 GPUs
 beyond the free ones is never served by requeue there, and a cluster under 20 GPUs never
@@ -270,8 +277,9 @@ class _VictimAccounts:
 
 def _eligible(now: int, job: WaitingJob, pos: AllocationPosition | None,
               cfg: ContractsConfig) -> bool:
-    """An allocated job of an under-served allocation that has waited long enough for a
-    reason freed GPUs can end."""
+    """An allocated job of an under-served allocation (or, with ``reclaim_entitlement``,
+    of one below its entitlement now) that has waited long enough for a reason freed
+    GPUs can end."""
     if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
         return False
     if not (cfg.reclaim_entitlement and pos.below_entitlement):
