@@ -147,6 +147,14 @@ def loop_free(preemptor: AllocationPosition, need_billing: float, victim: Alloca
     return after_p <= after_v + _EPS
 
 
+def billing_by_account(jobs: Iterable[RunningJob]) -> dict[str, float]:
+    """Billing GPUs of ``jobs`` per account: what a set of victims takes from each."""
+    out: dict[str, float] = {}
+    for j in jobs:
+        out[j.account] = out.get(j.account, 0.0) + j.billing_gpus
+    return out
+
+
 def keeps_entitlement(victim: AllocationPosition, taken_billing: float,
                       cfg: ContractsConfig) -> bool:
     """With ``contracts.reclaim_entitlement`` no requeue, by either rule, leaves an
@@ -366,9 +374,7 @@ def _option(now: int, job: WaitingJob, *, ledger: PreemptionLedger, state: _Stat
         return got
 
     def set_ok(victims: Sequence[RunningJob]) -> bool:
-        billing: dict[str, float] = {}
-        for v in victims:
-            billing[v.account] = billing.get(v.account, 0.0) + v.billing_gpus
+        billing = billing_by_account(victims)
         return all(loop_free(ppos, job.billing_gpus, positions[a], b)
                    and keeps_entitlement(positions[a], b, cfg)  # all its victims together
                    and (_window_allows(ppos, positions[a], cfg)

@@ -40,6 +40,7 @@ from slurm_ml.policy.contracts import (
     AllocationPosition,
     PreemptionLedger,
     Requeue,
+    billing_by_account,
     keeps_entitlement,
     protected_s,
     requeueable,
@@ -133,11 +134,8 @@ def plan_lane_requeues(  # noqa: PLR0917  (the daemon's call shape: one value pe
     taken: dict[str, float] = {}  # billing GPUs requeued per allocation so far
 
     def set_ok(victims: Sequence[RunningJob]) -> bool:
-        more: dict[str, float] = {}
-        for v in victims:
-            more[v.account] = more.get(v.account, 0.0) + v.billing_gpus
         return all(keeps_entitlement(positions[a], taken.get(a, 0.0) + b, ccfg)
-                   for a, b in more.items())
+                   for a, b in billing_by_account(victims).items())
 
     planner = Planner(now, nodes, pool,
                       prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))
@@ -158,8 +156,8 @@ def plan_lane_requeues(  # noqa: PLR0917  (the daemon's call shape: one value pe
                             set_ok=set_ok, budget=budget_left)
         if best is None:
             continue
-        for v in best.victims:
-            taken[v.account] = taken.get(v.account, 0.0) + v.billing_gpus
+        for a, b in billing_by_account(best.victims).items():
+            taken[a] = taken.get(a, 0.0) + b
         out.extend(_describe(now, v, job, positions=positions, lost_gpu_h=best.lost_gpu_h,
                              nodes=best.nodes, budget_left=budget_left, ccfg=ccfg)
                    for v in best.victims)
