@@ -92,6 +92,14 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _wait_lines(path: Path, count: int, timeout_s: float) -> list[str]:
+    """The file's lines once it has ``count`` (RUNNING is slurmctld's word, not the shell's)."""
+    deadline = time.monotonic() + timeout_s
+    while len(lines := _lines(path)) < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return lines
+
+
 def _wait_file(path: Path, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -140,6 +148,7 @@ def round_trip(slurm_conf: str, pg_module_dsn: str) -> Iterator[dict[str, Any]]:
                      for name, job in ids.items()}
         for name in ("default", "own"):
             _wait_file(dirs[name] / "resumed", 30)
+        _wait_lines(dirs["untrapped"] / "runs", 2, 30)  # its second run has written its line
         yield {"ids": ids, "dirs": dirs, "actions": actions, "first": first, "inside": inside,
                "after": after, "again": again, "during": during, "restarted": restarted,
                "decisions": decisions, "audit": audit}
