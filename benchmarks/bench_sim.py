@@ -224,6 +224,8 @@ def main() -> int:
     ap.add_argument("--debug-rate", type=float, default=0.5, help="with --overload")
     ap.add_argument("--synthetic", action="store_true", help="skip the real trace")
     ap.add_argument("--profile", action="store_true", help="print the top functions")
+    ap.add_argument("--profile-out", metavar="FILE",
+                    help="with --profile: also dump the pstats to FILE.POLICY")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -274,6 +276,8 @@ def main() -> int:
             text = io.StringIO()
             pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
             print(text.getvalue(), file=sys.stderr)
+            if args.profile_out:
+                profiler.dump_stats(f"{args.profile_out}.{policy.strip()}")
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
     return 0 if ok else 1

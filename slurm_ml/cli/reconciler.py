@@ -96,7 +96,7 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
     daemon stays passive. SIGHUP reloads the config (a bad one is rejected, the old one
     kept); SIGTERM stops after the current cycle. Without --once or --dry-run it also
     listens on daemon.wake_socket, where submitd asks for an early cycle for a job it
-    put in the fast lane (only while policy.fast_lane.preempt_cap_fraction > 0).
+    put in the fast lane (while policy.fast_lane.wake_min_gap_s > 0).
 
     Exit codes: 0 ok (with --once: the cycle ran, acted or stayed passive); 1 with --once:
     Slurm or the database was unavailable, or an action failed; 2 bad config or options.

@@ -4,7 +4,10 @@ the same job outcomes, to the bit, as the code before it (the digest was recorde
 that code, commit 67f1a60). The fast lane (issue 18) changes decisions on purpose: the
 digests before it are kept with the lane off, and ``budget+lane`` pins it on. So does
 ``contracts.reclaim_entitlement``: the digests before it are kept with it off, and
-``budget+lane+reclaim`` (the default config) pins it on."""
+``budget+lane+reclaim`` pins it on. The lane's own requeues
+(``fast_lane.preempt_cap_fraction``, on by default since issue 18's targets table) are
+off in every digest before them; ``budget+lane+reclaim+lanerq`` (the default config)
+pins them on."""
 
 from __future__ import annotations
 
@@ -32,18 +35,24 @@ EXPECTED = {
     "budget+lane": "b1f8b17ff9157f94684efe0e4e659e7f149fea4d5038b5b56b6895449756417a",
     # the default config, entitlement reclaim on (recorded at the commit that added it)
     "budget+lane+reclaim": "afc1ad82cbeec099e2643ff0c9c8c2623d01927cda1aaf22251506d3f81a47da",
+    # the default config, the lane's own requeues on (0.02; recorded when made default)
+    "budget+lane+reclaim+lanerq":
+        "638b1c06e19d48c9a8d7d07d4be996fbc9d297944a648bb67db65fc576c526dd",
 }
 
 
-def overloaded(lane: bool = False, reclaim: bool = False) -> tuple[Config, list[SimJob]]:
+def overloaded(lane: bool = False, reclaim: bool = False,
+               lane_requeues: bool = False) -> tuple[Config, list[SimJob]]:
     trace = traces.load_philly(PHILLY)
     trace = scenario.slice_trace(trace, 720 * 3600.0, 744 * 3600.0)
     trace = scenario.scale_arrivals(trace, scenario.arrival_scale_for(trace, GPUS, 2.5))
     trace = scenario.mark_unallocated(trace, 0.2, seed=0)
     trace = scenario.inject_debug_jobs(trace, 0.5, seed=0)
     cfg = scenario.trace_config(load_config(DEFAULT_CONFIG), trace, GPUS, traces.default_vc_nodes())
-    if not lane:
-        fast = dataclasses.replace(cfg.policy.fast_lane, gpus_fraction=0.0)
+    if not lane or not lane_requeues:
+        fast = dataclasses.replace(cfg.policy.fast_lane, preempt_cap_fraction=0.0)
+        if not lane:
+            fast = dataclasses.replace(fast, gpus_fraction=0.0)
         cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, fast_lane=fast))
     if not reclaim:
         window = dataclasses.replace(cfg.policy.contracts, reclaim_entitlement=False)
@@ -65,7 +74,9 @@ def outcomes(result: SimResult) -> str:
 @pytest.mark.parametrize("policy", sorted(EXPECTED))
 def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
     name, *flags = policy.split("+")
-    cfg, jobs = overloaded(lane="lane" in flags, reclaim="reclaim" in flags)
+    cfg, jobs = overloaded(lane="lane" in flags, reclaim="reclaim" in flags,
+                           lane_requeues="lanerq" in flags)
+    assert cfg.policy.fast_lane.preempt_cap_fraction * GPUS >= 1 or "lanerq" not in flags
     result = simulate(cfg, jobs, name)
     assert result.preemptions > 0 or policy != "budget"  # the contracts did requeue
     assert outcomes(result) == EXPECTED[policy]
