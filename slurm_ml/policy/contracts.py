@@ -449,7 +449,7 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
         now: int, running: Sequence[RunningJob], waiting: Sequence[WaitingJob],
         positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
         nodes: NodeMap, total_gpus: int, cfg: ContractsConfig, *,
-        in_order: bool = False) -> list[Requeue]:
+        in_order: bool = False, pool_given: bool = False) -> list[Requeue]:
     """Requeues that let starved jobs start, in scheduling order, within the budget.
 
     ``nodes`` is the room node by node (``placement.node_slots`` over every running job);
@@ -458,12 +458,14 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     GPU-hours, or not at all (then the next starved job is considered). Positions, the
     room and the budget are updated after each job so that later decisions see them.
     ``in_order``: ``waiting`` is in scheduling order already and ``order`` is not read
-    (the simulator's starved jobs, taken from its sorted queue).
+    (the simulator's starved jobs, taken from its sorted queue). ``pool_given``:
+    ``running`` is ``requeueable(now, running, positions, ledger, cfg)`` already (the
+    simulator narrows it first), so it is not filtered a second time.
     """
     budget_left = preemption_budget_left(now, ledger, total_gpus, cfg)
     if budget_left <= 0:
         return []
-    pool = requeueable(now, running, positions, ledger, cfg)
+    pool = list(running) if pool_given else requeueable(now, running, positions, ledger, cfg)
     # equally costly victims: the most over-served allocation's first
     planner = Planner(now, nodes, pool,
                       prefer=lambda v: -(p.ratio or 0.0) if (p := positions.get(v.account))

@@ -258,7 +258,7 @@ class Budget(Policy):
         requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
                                            placement_nodes_now(st),
                                            st.cluster.total, ccfg, in_order=not decide,
-                                           ) if starved and victims else []
+                                           pool_given=True) if starved and victims else []
         requeues += self._lane_requeues(st, now, laned, running, pos, ledger, requeues)
         decision = None
         if decide:
