@@ -4,7 +4,8 @@ cluster, through the fast lane, and ``slurm-ml why`` says how.
 Every GPU is busy: allocated work of nlp (alice, ``--no-requeue``, so the contracts have
 no victim) on the a100_80g nodes, unallocated work (QOS free, ``--time-min=0``) on the
 rest, and a whole a100 node of vision's allocated work waiting behind them. The daemon
-runs as a real loop with the default policy (the lane's own requeues off) on a database
+runs as a real loop with the default policy (the lane's own requeues: 0.02 of 40 GPUs
+floors to none, so only Slurm's preemption makes room) on a database
 of this module's own, its regular cycles 10 minutes apart; its first cycle records the
 lane's room that admission reads. Then carol submits a debug job (1 GPU, a 10-minute
 limit and contract). Admission puts it in the fast lane, so it ranks above every band,
