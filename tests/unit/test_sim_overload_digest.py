@@ -18,6 +18,7 @@ import pytest
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
+from slurm_ml.policy.lane_requeue import lane_cap_gpus
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import simulate
 from slurm_ml.sim.result import SimResult
@@ -49,11 +50,12 @@ def overloaded(lane: bool = False, reclaim: bool = False,
     trace = scenario.mark_unallocated(trace, 0.2, seed=0)
     trace = scenario.inject_debug_jobs(trace, 0.5, seed=0)
     cfg = scenario.trace_config(load_config(DEFAULT_CONFIG), trace, GPUS, traces.default_vc_nodes())
-    if not lane or not lane_requeues:
-        fast = dataclasses.replace(cfg.policy.fast_lane, preempt_cap_fraction=0.0)
-        if not lane:
-            fast = dataclasses.replace(fast, gpus_fraction=0.0)
-        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, fast_lane=fast))
+    fast = cfg.policy.fast_lane
+    if not lane_requeues:
+        fast = dataclasses.replace(fast, preempt_cap_fraction=0.0)
+    if not lane:
+        fast = dataclasses.replace(fast, gpus_fraction=0.0)
+    cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, fast_lane=fast))
     if not reclaim:
         window = dataclasses.replace(cfg.policy.contracts, reclaim_entitlement=False)
         cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, contracts=window))
@@ -76,7 +78,7 @@ def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
     name, *flags = policy.split("+")
     cfg, jobs = overloaded(lane="lane" in flags, reclaim="reclaim" in flags,
                            lane_requeues="lanerq" in flags)
-    assert cfg.policy.fast_lane.preempt_cap_fraction * GPUS >= 1 or "lanerq" not in flags
+    assert lane_cap_gpus(GPUS, cfg.policy.fast_lane) >= 1 or "lanerq" not in flags
     result = simulate(cfg, jobs, name)
     assert result.preemptions > 0 or policy != "budget"  # the contracts did requeue
     assert outcomes(result) == EXPECTED[policy]
