@@ -195,6 +195,19 @@ def _commit() -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
+def _frozen_config(config_path: str, out: Path) -> str:
+    """A copy of the config's text under ``out``, named by its hash: what every run of
+    this table reads (the same text gives the same file, so resumed tables find it)."""
+    data = Path(config_path).read_bytes()
+    frozen = out / ".config" / f"{hashlib.sha256(data).hexdigest()[:16]}.yaml"
+    if not frozen.is_file():
+        frozen.parent.mkdir(parents=True, exist_ok=True)
+        tmp = frozen.with_name(f".{frozen.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, frozen)
+    return str(frozen)
+
+
 def _cost(scenario_path: str, policy: str) -> float:
     """Rough relative run time, to start the longest runs first."""
     text = Path(scenario_path).read_text(encoding="utf-8")
@@ -207,8 +220,12 @@ def run_all(scenarios: Sequence[str], seeds: Sequence[int], *, jobs: int, out: P
             policies: Sequence[str] = POLICIES,
             overrides: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every (scenario, policy, seed) not in ``out`` yet, ``jobs`` at a time; every
-    run's record (the done ones read back). A failed run is logged and left out."""
+    run's record (the done ones read back). A failed run is logged and left out.
+
+    The runs read a copy of ``config_path`` taken now (``_frozen_config``), so an edit
+    to the config while a table runs changes none of its runs."""
     commit = _commit()
+    config_path = _frozen_config(config_path, out)
     todo: list[tuple[str, str, int]] = []
     records: list[dict[str, Any]] = []
     for sc in scenarios:

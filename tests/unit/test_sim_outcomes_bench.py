@@ -77,3 +77,28 @@ def test_aggregate_and_render() -> None:
     table = mod.render(agg)
     assert "| budget | 70 (30–90) |" in table
     assert "**5/6**; missed: debug p90 (1/3 seeds)" in table
+
+
+def test_a_table_reads_the_config_as_it_was_when_it_began(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          ) -> None:
+    """An edit to the config while a table runs changes none of its runs: each reads a
+    copy taken at the start (the same text, the same copy, so a resumed table too)."""
+    mod = _bench()
+    config = tmp_path / "slurm-ml.yaml"
+    config.write_text("policy: {}\n", encoding="utf-8")
+    read: list[str] = []
+
+    def task(sc: str, policy: str, seed: int, *, config_path: str, **_: Any) -> Any:
+        config.write_text("edited mid-table\n", encoding="utf-8")
+        read.append(Path(config_path).read_text(encoding="utf-8"))
+        raise RuntimeError("not a run")
+
+    monkeypatch.setattr(mod, "_task", task)
+    monkeypatch.setattr(mod, "_commit", lambda: None)
+    mod.run_all([str(FILES[0])], [0, 1], jobs=1, out=tmp_path / "out",
+                config_path=str(config), log=lambda _m: None, policies=("fifo",))
+    assert read == ["policy: {}\n", "policy: {}\n"]
+    first = mod._frozen_config(str(config), tmp_path / "out")
+    assert Path(first).read_text(encoding="utf-8") == "edited mid-table\n"
+    assert mod._frozen_config(str(config), tmp_path / "out") == first
