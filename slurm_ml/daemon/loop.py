@@ -211,7 +211,8 @@ class Daemon:
         if not wakes_on(lane):
             return
         self.metrics.wakes.inc()
-        for at in wake_times(wake.at, lane, self.cfg.policy.contracts.free_grace_s):
+        for at in wake_times(wake.at, lane, self.cfg.policy.contracts.free_grace_s,
+                             self.cfg.total_gpus()):
             self.wakes.request(at)
         log.info("event=wake account=%s name=%s admitted_at=%.0f", wake.account,
                  wake.job_name, wake.at)

@@ -65,9 +65,10 @@ def wakes_on(cfg: FastLaneConfig) -> bool:
     return cfg.wake_min_gap_s > 0
 
 
-def lane_requeues_on(cfg: FastLaneConfig) -> bool:
-    """Whether the lane requeues allocated work of its own (``preempt_cap_fraction``)."""
-    return cfg.preempt_cap_fraction > 0
+def lane_requeues_on(cfg: FastLaneConfig, total_gpus: int) -> bool:
+    """Whether the lane requeues allocated work of its own on a cluster of
+    ``total_gpus``: its cap (``preempt_cap_fraction``, floored) is at least one GPU."""
+    return lane_cap_gpus(total_gpus, cfg) > 0
 
 
 def wake_for(admitted_at: float, cfg: FastLaneConfig) -> float:
@@ -77,15 +78,16 @@ def wake_for(admitted_at: float, cfg: FastLaneConfig) -> float:
     return admitted_at + cfg.preempt_after_s + 1
 
 
-def wake_times(admitted_at: float, cfg: FastLaneConfig,
-               free_grace_s: float) -> tuple[float, ...]:
+def wake_times(admitted_at: float, cfg: FastLaneConfig, free_grace_s: float,
+               total_gpus: int) -> tuple[float, ...]:
     """The cycles a job laned at ``admitted_at`` asks for: when the grace of free work
     Slurm preempts for it ends (QOS free's GraceTime, ``free_grace_s``; Slurm preempts
     within a second or two of the submission, and a later start is caught by the cycle's
-    own wake, ``Plan.wake_at``), and when the lane may requeue for it."""
+    own wake, ``Plan.wake_at``), and when the lane may requeue for it (only where its
+    cap on ``total_gpus`` is a GPU or more: :func:`lane_requeues_on`)."""
     out = {admitted_at + preempt_grace.PREEMPT_DELAY_S + free_grace_s
            + preempt_grace.WAKE_SLACK_S}
-    if lane_requeues_on(cfg):
+    if lane_requeues_on(cfg, total_gpus):
         out.add(wake_for(admitted_at, cfg))
     return tuple(sorted(out))
 

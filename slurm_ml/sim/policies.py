@@ -207,7 +207,8 @@ class Budget(Policy):
             fl = st.cfg.policy.fast_lane
             # submitd wakes the daemon; the lane's requeue victims stop at once in the
             # sim (its requeue_grace_s is not modelled; QOS free's GraceTime is)
-            if self.contract and lane_requeue.wakes_on(fl) and lane_requeue.lane_requeues_on(fl):
+            if self.contract and lane_requeue.wakes_on(fl) and lane_requeue.lane_requeues_on(
+                    fl, st.cluster.total):
                 heapq.heappush(st.wakes, lane_requeue.wake_for(st.now, fl))
             return self._key(task, fairshare.job_site_factor(
                 self.lane_value, 0, st.cfg.policy.fairshare, True))

@@ -131,9 +131,12 @@ def test_the_timing_rules() -> None:
     assert not wakes_on(FastLaneConfig(preempt_cap_fraction=0.02, wake_min_gap_s=0))
     assert wake_for(100.0, lane) == 131.0  # waited preempt_after_s, plus a second
     # Slurm preempts free work within 2 s of the submission; its 30 s grace ends by 132
-    assert wake_times(100.0, lane, free_grace_s=30) == (131.0, 133.0)
-    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 30) == (133.0,)
-    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 0) == (103.0,)
+    assert wake_times(100.0, lane, free_grace_s=30, total_gpus=512) == (131.0, 133.0)
+    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 30, 512) == (133.0,)
+    assert wake_times(100.0, FastLaneConfig(preempt_cap_fraction=0.0), 0, 512) == (103.0,)
+    # 2% of 49 GPUs floors to no lane requeue at all: no cycle to ask for it
+    assert wake_times(100.0, lane, free_grace_s=30, total_gpus=49) == (133.0,)
+    assert wake_times(100.0, lane, free_grace_s=30, total_gpus=50) == (131.0, 133.0)
     assert wake_cycle_at(131.0, None, lane) == 131.0
     assert wake_cycle_at(131.0, 100.0, lane) == 131.0
     assert wake_cycle_at(131.0, 125.0, lane) == 135.0  # no closer than the gap
@@ -223,7 +226,7 @@ def test_a_wake_is_ignored_while_wakes_are_off() -> None:
 
 
 def test_without_lane_requeues_a_wake_asks_for_the_end_of_slurms_grace() -> None:
-    """The lane's requeues off (the default): Slurm still preempts free work for the laned
+    """The lane's requeues off (cap fraction 0): Slurm still preempts free work for the laned
     job, and a cycle at the grace's end finishes that (``policy.preempt_grace``)."""
     cfg = config(fast_lane={"preempt_cap_fraction": 0.0, "wake_min_gap_s": 10},
                  contracts={"free_grace_s": 30})
