@@ -40,8 +40,11 @@ unit: venv
 integration: cluster
 	source $(STATE)/env.sh && $(BIN)/pytest -m integration $(PYTEST_ARGS)
 
+# The integration tests in the foreground, the unit and compose tests beside them
+# (devcluster/test-all.sh: most of the integration run waits on Slurm and real time);
+# SLURM_ML_TEST_SERIAL=1 runs one pytest over everything instead.
 test: lint cluster
-	source $(STATE)/env.sh && $(BIN)/pytest $(PYTEST_ARGS)
+	source $(STATE)/env.sh && devcluster/test-all.sh $(BIN)/pytest $(PYTEST_ARGS)
 
 # Before a commit or a push: what needs no cluster. tests/compose is left out too (where a
 # Docker engine answers it builds images and starts a compose cluster).

@@ -4,7 +4,7 @@ idle job with a GPU never sampled or a gap in its samples, ``slurm-ml why`` says
 the same job with its samples complete is warned.
 
 The samples go straight into the database (the dev cluster runs no HealthCheckProgram);
-the config has a 60 s heartbeat sampled every 20 s, so gaps over 40 s count.
+the config has a 30 s heartbeat sampled every 10 s, so gaps over 20 s count.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from slurm_ml.store.records import UtilSample, derive_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
-HEARTBEAT, INTERVAL = 60, 20
+HEARTBEAT, INTERVAL = 30, 10
 
 
 @pytest.fixture(scope="module")
