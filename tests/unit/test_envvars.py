@@ -24,8 +24,10 @@ BEGIN = "<!-- envvars: generated from slurm_ml.envvars.VARS -->\n"
 END = "<!-- envvars: end -->\n"
 REGEN = ".venv/bin/python -c 'from slurm_ml import envvars; print(envvars.markdown(), end=\"\")'"
 
-#: Read by tests only (never by slurm-ml), so not settings: they stay out of the table.
-TEST_ONLY = {"SLURM_ML_REGEN_EXAMPLES", "SLURM_ML_COMPOSE_KEEP", "SLURM_ML_FAULT_CORPUS"}
+#: Read by tests or the test runner only (never by slurm-ml), so not settings: they stay
+#: out of the table (SLURM_ML_TEST_SERIAL: devcluster/test-all.sh, one pytest run).
+TEST_ONLY = {"SLURM_ML_REGEN_EXAMPLES", "SLURM_ML_COMPOSE_KEEP", "SLURM_ML_FAULT_CORPUS",
+             "SLURM_ML_TEST_SERIAL"}
 #: Where the repository talks about its variables, outside tests/.
 SCANNED = ["slurm_ml", "devcluster", "docs", "examples", "benchmarks", "README.md",
            "CHANGELOG.md", "Makefile", "docker-compose.yml"]
