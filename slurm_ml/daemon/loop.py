@@ -20,11 +20,12 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurm_ml import proc
 from slurm_ml.config import Config, ConfigError, load_config
+from slurm_ml.daemon import reasons
 from slurm_ml.daemon.apply import Applier, ApplyReport
 from slurm_ml.daemon.metrics import Metrics
 from slurm_ml.daemon.observe import observe
@@ -101,6 +102,9 @@ class Daemon:
         self.stop = threading.Event()
         self.wakes = WakeBox()
         self.last_cycle_at: float | None = None  # when the last cycle began (epoch)
+        #: pending jobs' starving reasons from before this daemon pushed their SiteFactor
+        #: (Slurm shows None until it next reaches them: ``daemon.reasons``)
+        self.kept_reasons: dict[int, str] = {}
 
     # ------------------------------------------------------------------ config
 
@@ -157,12 +161,19 @@ class Daemon:
         except StoreError as exc:
             return self._end(CycleResult(now, "store_unavailable", message=str(exc),
                                          leader=True), start)
+        jobs, restored_ids = reasons.restored(obs.jobs, self.kept_reasons)
+        if restored_ids:
+            obs = replace(obs, jobs=jobs)
+            log.info("cycle=%d event=reasons_kept jobs=%d (Slurm shows None since this "
+                     "daemon pushed their SiteFactor)", now, len(restored_ids))
         plan = plan_cycle(self.cfg, obs)
         applier = Applier(self.slurm, self.store, still_leader=self._still_leader,
                           notify=notify_command(self.cfg.policy.reclaim.notify_command),
                           after_intent=self.after_intent, contracts=self.cfg.policy.contracts,
                           lane_grace_s=self.cfg.policy.fast_lane.requeue_grace_s)
         report = applier.apply(plan, dry_run=self.dry_run)
+        pushed = plan.changed.keys() if report.site_factor_calls else ()
+        self.kept_reasons = reasons.kept_after(obs.jobs, pushed, restored_ids)
         self._wake_at_grace_ends(plan, report, applier)
         self.metrics.record(plan, report)
         outcome = "dry_run" if self.dry_run else "acted"

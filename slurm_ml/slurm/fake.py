@@ -26,6 +26,10 @@ _ENDED = {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIME
           JobState.NODE_FAIL, JobState.PREEMPTED, JobState.OUT_OF_MEMORY}
 #: Pending reasons sprio has no row for: slurmctld computes no priority for these jobs.
 _NO_PRIORITY = {"JobHeldUser", "JobHeldAdmin", "Dependency", "BeginTime"}
+#: Reasons slurmctld blanks (to None) when a pending job's SiteFactor is updated, until its
+#: scheduler next reaches the job (22.05 on the dev cluster: Resources -> None at once,
+#: back 1.5 s later). See ``FakeSlurm.scheduler_lag``.
+_BLANKED_BY_UPDATE = {"Resources", "Priority"}
 
 
 class FakeSlurm:
@@ -40,6 +44,12 @@ class FakeSlurm:
         #: Weighted priority factors per job (PriorityParts field -> value), for sprio.
         self.factors: dict[int, dict[str, int]] = {}
         self.calls: list[tuple[str, ...]] = []
+        #: True: a SiteFactor update blanks a pending job's Resources/Priority reason to
+        #: None, as slurmctld does until its scheduler next reaches the job, and it stays
+        #: None until :meth:`scheduler_pass` (the fake has no scheduler). False (default):
+        #: the scheduler has reached every job again by the next read.
+        self.scheduler_lag = False
+        self._blanked: dict[int, str] = {}
         #: Signals sent with signal_job, in order: (job id, signal, target).
         self.signals: list[tuple[int, str, str]] = []
         #: A job's own --signal (its #SBATCH line), for job_signal(); tests set it.
@@ -139,9 +149,24 @@ class FakeSlurm:
             for line in lines:
                 ids, _, value = line.removeprefix("update JobId=").partition(" SiteFactor=")
                 for jid in map(int, ids.split(",")):
-                    if jid in self.jobs:
-                        self.jobs[jid] = replace(self.jobs[jid], site_factor=int(value))
+                    job = self.jobs.get(jid)
+                    if job is None:
+                        continue
+                    job = replace(job, site_factor=int(value))
+                    if (self.scheduler_lag and job.state is JobState.PENDING
+                            and job.reason in _BLANKED_BY_UPDATE):
+                        self._blanked[jid] = job.reason
+                        job = replace(job, reason="None")
+                    self.jobs[jid] = job
         return len(scripts)
+
+    def scheduler_pass(self) -> None:
+        """slurmctld's scheduler reaches every job again: blanked reasons come back."""
+        for jid, reason in self._blanked.items():
+            job = self.jobs.get(jid)
+            if job is not None and job.state is JobState.PENDING and job.reason == "None":
+                self.jobs[jid] = replace(job, reason=reason)
+        self._blanked.clear()
 
     def site_factors(self) -> dict[int, int]:
         return {j.job_id: j.site_factor or 0 for j in self.jobs.values()

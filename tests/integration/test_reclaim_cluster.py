@@ -108,8 +108,11 @@ def test_a_team_below_its_entitlement_reclaims_where_window_ratios_would_not(
     assert requeues(off) == [], off
 
     # The daemon cycles every few seconds: the requeue is the first cycle's or one of the
-    # next two (a full local run once had a first cycle that planned nothing; its cause
-    # is not known). What each cycle said, and the waiting job's reason, go in the message.
+    # next two. The `off` cycle just pushed SiteFactors, and slurmctld shows the waiting
+    # job's Reason as None until its scheduler reaches it again (1.5 s here, longer on a
+    # loaded machine: a full run once had a first cycle that planned nothing); a --once
+    # daemon is a new process and keeps no reason from before (daemon/reasons.py). What
+    # each cycle said, and the waiting job's reason, go in the message.
     seen: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
     for _ in range(3):
