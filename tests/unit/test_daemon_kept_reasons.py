@@ -10,8 +10,10 @@ from dataclasses import replace
 
 from daemon_helpers import NOW, daemon, job, world
 
+from slurm_ml.daemon.loop import Daemon
 from slurm_ml.daemon.reasons import kept_after, restored
 from slurm_ml.model import JobState
+from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
 
 
@@ -21,14 +23,19 @@ def _requeues(result: object) -> list[tuple[int | None, str]]:
     return [(a.job_id, a.reason) for a in report.applied if a.decision == "requeue"]
 
 
-def test_the_job_stays_starved_while_slurm_shows_none_after_the_push() -> None:
-    slurm, store = world(), FakeStore()
+def _lagging() -> tuple[FakeSlurm, list[int], Daemon]:
+    """``world()`` where Slurm's scheduler lags the daemon's pushes and alice's resumable
+    job 1 started 30 s ago (protected for 30 s more: --time-min=1); a daemon whose clock
+    is ``now[0]``."""
+    slurm = world()
     slurm.scheduler_lag = True
-    # alice's resumable job 1 started 30 s ago: protected for 30 s more (--time-min=1)
     slurm.jobs[1] = replace(slurm.jobs[1], start_time=NOW - 30)
     now = [NOW]
-    d = daemon(slurm, store, clock=lambda: now[0])
+    return slurm, now, daemon(slurm, FakeStore(), clock=lambda: now[0])
 
+
+def test_the_job_stays_starved_while_slurm_shows_none_after_the_push() -> None:
+    slurm, now, d = _lagging()
     first = d.cycle()
     assert first.plan is not None and 20 in first.plan.changed  # dave's job re-ranked
     assert _requeues(first) == []  # the only victim is still protected
@@ -47,11 +54,7 @@ def test_the_job_stays_starved_while_slurm_shows_none_after_the_push() -> None:
 
 
 def test_a_reason_slurm_states_again_replaces_the_kept_one() -> None:
-    slurm, store = world(), FakeStore()
-    slurm.scheduler_lag = True
-    slurm.jobs[1] = replace(slurm.jobs[1], start_time=NOW - 30)
-    now = [NOW]
-    d = daemon(slurm, store, clock=lambda: now[0])
+    slurm, now, d = _lagging()
     d.cycle()
     assert d.kept_reasons.get(20) == "Resources"
     slurm.scheduler_pass()
