@@ -97,14 +97,25 @@ def _service_states() -> dict[str, str]:
     return out
 
 
+def _image_id() -> str | None:
+    got = sh("docker", "image", "inspect", "-f", "{{.Id}}", IMAGE, timeout=60, check=False)
+    return got.stdout.strip() or None if got.returncode == 0 else None
+
+
 def _build_image() -> None:
+    """Build IMAGE from host wheels; the image the tag left behind is removed, since each
+    run's build is a new image (on the vfs storage driver about 5 GB of disk apiece: a
+    day of runs filled the CI machine's disk, 2026-12-06)."""
     for old in WHEELS.glob("*.whl"):
         old.unlink()
     sh(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(WHEELS), str(REPO), timeout=600)
+    before = _image_id()
     build = sh("docker", "build", "--network", "host", "-f", "devcluster/Dockerfile",
                "-t", IMAGE, ".", timeout=1800, check=False)
     if build.returncode != 0:
         pytest.fail(f"image build failed:\n{build.stdout[-6000:]}\n{build.stderr[-4000:]}")
+    if before is not None and before != _image_id():
+        sh("docker", "rmi", before, timeout=300, check=False)  # in use elsewhere: it stays
 
 
 @pytest.fixture(scope="module")
