@@ -44,7 +44,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from slurm_ml.sim.sweep import json_safe
+from slurm_ml.sim.sweep import json_safe, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")
@@ -179,11 +178,8 @@ def _task(scenario_path: str, policy: str, seed: int, *, config_path: str, out: 
             "scenario": Path(scenario_path).stem, "scenario_path": scenario_path,
             "policy": policy, "seed": seed, "config": config_path, "commit": commit,
             "overrides": list(overrides), "measures": measures}
-    path = _path(Path(out), scenario_path, policy, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(json_safe(data), indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(_path(Path(out), scenario_path, policy, seed),
+                      json.dumps(json_safe(data), indent=1, sort_keys=True))
     return data
 
 
@@ -198,13 +194,10 @@ def _commit() -> str | None:
 def _frozen_config(config_path: str, out: Path) -> str:
     """A copy of the config's text under ``out``, named by its hash: what every run of
     this table reads (the same text gives the same file, so resumed tables find it)."""
-    data = Path(config_path).read_bytes()
-    frozen = out / ".config" / f"{hashlib.sha256(data).hexdigest()[:16]}.yaml"
+    text = Path(config_path).read_text(encoding="utf-8")
+    frozen = out / ".config" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
     if not frozen.is_file():
-        frozen.parent.mkdir(parents=True, exist_ok=True)
-        tmp = frozen.with_name(f".{frozen.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, frozen)
+        write_text_atomic(frozen, text)
     return str(frozen)
 
 

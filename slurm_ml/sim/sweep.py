@@ -50,6 +50,7 @@ __all__ = [
     "write_chart",
     "write_manifest",
     "write_outputs",
+    "write_text_atomic",
 ]
 
 #: (key, heading, unit): what the table and the chart show per policy and knob value.
@@ -234,7 +235,9 @@ def measures(s: Summary) -> dict[str, float | None]:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it (made with its folder),
+    so a reader sees the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -268,10 +271,10 @@ def run_point(sweep: Sweep, index: int) -> dict[str, Any]:
             "summaries": [s.as_dict() for s in judged],
         }
     except Exception as exc:
-        _write_atomic(p.error_path(sweep.out),
+        write_text_atomic(p.error_path(sweep.out),
                       f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         raise
-    _write_atomic(p.path(sweep.out), json.dumps(json_safe(out), indent=1, sort_keys=True))
+    write_text_atomic(p.path(sweep.out), json.dumps(json_safe(out), indent=1, sort_keys=True))
     p.error_path(sweep.out).unlink(missing_ok=True)
     return out
 
@@ -336,7 +339,7 @@ def write_manifest(sweep: Sweep) -> Path:
             "points": [{"index": p.index, "label": p.label, "name": p.name, "key": p.key}
                        for p in sweep.points]}
     path = sweep.out / MANIFEST
-    _write_atomic(path, json.dumps(data, indent=1))
+    write_text_atomic(path, json.dumps(data, indent=1))
     return path
 
 
@@ -548,8 +551,8 @@ def write_chart(data: Mapping[str, Any], path: Path) -> Path:
 def write_outputs(sweep: Sweep) -> dict[str, Any]:
     """Gather, then write sweep.json, sweep.md and sweep.png in the sweep's directory."""
     data = gather(sweep)
-    _write_atomic(sweep.out / "sweep.json", json.dumps(json_safe(data), indent=1))
-    _write_atomic(sweep.out / "sweep.md", render_table(data))
+    write_text_atomic(sweep.out / "sweep.json", json.dumps(json_safe(data), indent=1))
+    write_text_atomic(sweep.out / "sweep.md", render_table(data))
     write_chart(data, sweep.out / "sweep.png")
     return data
 
