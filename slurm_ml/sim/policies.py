@@ -170,6 +170,9 @@ class Budget(Policy):
         self.associations = associations(cfg.budgets)
         self.lane_value = lane.lane_site_factor(cfg.policy.fairshare, self.associations)
         self.lane_cap = lane.lane_cap(st.cluster.total, cfg.policy.fast_lane)
+        fl = cfg.policy.fast_lane  # submitd wakes the daemon for the lane's requeues
+        self.lane_wakes = (contract and lane_requeue.wakes_on(fl)
+                           and lane_requeue.lane_requeues_on(fl, st.cluster.total))
         self.lane_held: dict[str, int] | None = None  # the last cycle's (None: no cycle yet)
         self._lane_jobs: dict[int, lane.LaneJob | None] = {}
         self._lane_pending: dict[int, Task] = {}  # queued lane work, as of the last cycle
@@ -207,8 +210,7 @@ class Budget(Policy):
             fl = st.cfg.policy.fast_lane
             # submitd wakes the daemon; the lane's requeue victims stop at once in the
             # sim (its requeue_grace_s is not modelled; QOS free's GraceTime is)
-            if self.contract and lane_requeue.wakes_on(fl) and lane_requeue.lane_requeues_on(
-                    fl, st.cluster.total):
+            if self.lane_wakes:
                 heapq.heappush(st.wakes, lane_requeue.wake_for(st.now, fl))
             return self._key(task, fairshare.job_site_factor(
                 self.lane_value, 0, st.cfg.policy.fairshare, True))

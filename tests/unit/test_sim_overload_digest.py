@@ -18,7 +18,7 @@ import pytest
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
-from slurm_ml.policy.lane_requeue import lane_cap_gpus
+from slurm_ml.policy.lane_requeue import lane_requeues_on
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import simulate
 from slurm_ml.sim.result import SimResult
@@ -78,7 +78,7 @@ def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
     name, *flags = policy.split("+")
     cfg, jobs = overloaded(lane="lane" in flags, reclaim="reclaim" in flags,
                            lane_requeues="lanerq" in flags)
-    assert lane_cap_gpus(GPUS, cfg.policy.fast_lane) >= 1 or "lanerq" not in flags
+    assert lane_requeues_on(cfg.policy.fast_lane, GPUS) or "lanerq" not in flags
     result = simulate(cfg, jobs, name)
     assert result.preemptions > 0 or policy != "budget"  # the contracts did requeue
     assert outcomes(result) == EXPECTED[policy]
