@@ -7,12 +7,10 @@ so both plan requeues on ``policy.placement`` from the same kind of input.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Sequence
 
 from slurm_ml.policy.cluster_jobs import RunningJob
 from slurm_ml.policy.placement import NodeSlot, NodeSpec, node_slots
-from slurm_ml.sim.cluster import Cluster
 from slurm_ml.sim.state import SimState
 
 
@@ -20,7 +18,7 @@ def placement_nodes(st: SimState, running: Sequence[RunningJob]) -> dict[str, No
     """Every simulated node (those under repair not usable), with the room ``running``
     (every running job, as the daemon passes them) leaves."""
     specs = [dataclasses.replace(spec, usable=False) if n in st.down else spec
-             for n, spec in enumerate(_specs(st.cluster))]
+             for n, spec in enumerate(_specs(st))]
     return node_slots(specs, running)
 
 
@@ -28,7 +26,7 @@ def placement_nodes_now(st: SimState) -> dict[str, NodeSlot]:
     """``placement_nodes(st, every running job)``, the same value, from what the state
     keeps as jobs start and stop (``SimState.held_on``): only the nodes changed since
     the last call get a new slot, instead of a walk over every running job per cycle."""
-    specs = _specs(st.cluster)
+    specs = _specs(st)
     slots = st.room_slots
     if not slots:
         slots.update((spec.name, _slot(st, n, spec)) for n, spec in enumerate(specs))
@@ -49,14 +47,12 @@ def _slot(st: SimState, n: int, spec: NodeSpec) -> NodeSlot:
                     held=tuple(held.items()))
 
 
-def _specs(c: Cluster) -> list[NodeSpec]:
-    specs = _SPECS.get(c)
-    if specs is None:  # the nodes never change: built once per cluster
-        specs = [NodeSpec(name=name, gpu_type=c.type_names[c.type_of[n]],
-                          leaf=f"leaf{c.leaf[n]}", gpus=c.gpn[n])
-                 for n, name in enumerate(c.names)]
-        _SPECS[c] = specs
-    return specs
-
-
-_SPECS: weakref.WeakKeyDictionary[Cluster, list[NodeSpec]] = weakref.WeakKeyDictionary()
+def _specs(st: SimState) -> list[NodeSpec]:
+    """The nodes never change: built once per run, kept on the state (not in a weak map
+    keyed by the cluster, which a compiled ``Cluster`` could not be a key of)."""
+    if not st.room_specs:
+        c = st.cluster
+        st.room_specs.extend(NodeSpec(name=name, gpu_type=c.type_names[c.type_of[n]],
+                                      leaf=f"leaf{c.leaf[n]}", gpus=c.gpn[n])
+                             for n, name in enumerate(c.names))
+    return st.room_specs

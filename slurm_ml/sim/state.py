@@ -19,7 +19,7 @@ from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import PreemptionLedger
 from slurm_ml.policy.fairshare import Footprint, FootprintLedger, PendingJob, is_short_job
 from slurm_ml.policy.fairshare.tree import FlatTree, flatten
-from slurm_ml.policy.placement import NodeSlot, held_per_node
+from slurm_ml.policy.placement import NodeSlot, NodeSpec, held_per_node
 from slurm_ml.sim.cluster import Alloc, Cluster
 from slurm_ml.sim.workload import SimJob
 
@@ -155,6 +155,8 @@ class SimState:
     held_on: dict[int, dict[int, int]] = field(default_factory=dict)
     room_dirty: set[int] = field(default_factory=set)
     room_slots: dict[str, NodeSlot] = field(default_factory=dict)  # as of the last read
+    #: every node as the planner sees it, by node index: built on first use, never changed
+    room_specs: list[NodeSpec] = field(default_factory=list)
 
     def stamp(self, t: float) -> int:
         """Simulated seconds as the policies' epoch seconds."""

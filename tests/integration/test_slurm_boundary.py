@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from slurm_jobs import sbatch
 
 from slurm_ml.model import GpuRequest, JobState
 from slurm_ml.slurm.client import CliSlurm
@@ -121,6 +122,33 @@ def test_site_factor_tolerates_jobs_that_ended(slurm: CliSlurm, workdir: str,
     a = slurm.submit(SubmitRequest(user="bob", gres="gpu:1", workdir=workdir,
                                    name="it-gone"))
     slurm.set_site_factor({a: 5, 999999: 5})  # 999999 never existed: skipped, not fatal
+
+
+def test_site_factor_update_blanks_a_pending_reason_until_the_scheduler_returns(
+    slurm: CliSlurm, record_property: Callable[[str, object], None],
+) -> None:
+    """The fact ``daemon/reasons.py`` rests on: updating a pending job's SiteFactor may
+    show its Reason as ``None`` (Slurm 22.05 does at once), and the scheduler states the
+    real reason again by itself. Either way the job ends up ``Resources`` again."""
+    jobs: list[int] = []
+    on_gpu06 = ("--nodelist=gpu06", "--time=10")
+    sbatch("bob", *on_gpu06, "--gres=gpu:v100:4", "--job-name=it-sf-blocker",
+           "--wrap", "sleep 300", jobs=jobs)
+    waiting = sbatch("bob", *on_gpu06, "--gres=gpu:v100:1", "--job-name=it-sf-waiting",
+                     "--wrap", "sleep 1", jobs=jobs)
+
+    def reason() -> str:
+        return slurm.list_jobs(job_ids=[waiting])[0].reason
+
+    wait_until("the waiting job to wait for Resources", lambda: reason() == "Resources")
+    slurm.set_site_factor({waiting: 7})
+    right_after = reason()
+    record_property("reason_right_after_site_factor", right_after)
+    print(f"reason right after the SiteFactor update: {right_after!r}")
+    assert right_after in {"Resources", "None"}
+    wait_until("the scheduler to state Resources again", lambda: reason() == "Resources",
+               timeout_s=60)
+    assert slurm.site_factors().get(waiting) == 7
 
 
 def test_drain_and_resume_with_reason(slurm: CliSlurm) -> None:
