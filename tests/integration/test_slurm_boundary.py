@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from slurm_jobs import sbatch
+from slurm_jobs import sbatch, wait_state
 
 from slurm_ml.model import GpuRequest, JobState
 from slurm_ml.slurm.client import CliSlurm
@@ -132,8 +132,9 @@ def test_site_factor_update_blanks_a_pending_reason_until_the_scheduler_returns(
     real reason again by itself. Either way the job ends up ``Resources`` again."""
     jobs: list[int] = []
     on_gpu06 = ("--nodelist=gpu06", "--time=10")
-    sbatch("bob", *on_gpu06, "--gres=gpu:v100:4", "--job-name=it-sf-blocker",
-           "--wrap", "sleep 300", jobs=jobs)
+    blocker = sbatch("bob", *on_gpu06, "--gres=gpu:v100:4", "--job-name=it-sf-blocker",
+                     "--wrap", "sleep 300", jobs=jobs)
+    wait_state(blocker, {"RUNNING"})  # gpu06's four GPUs held before the waiter comes
     waiting = sbatch("bob", *on_gpu06, "--gres=gpu:v100:1", "--job-name=it-sf-waiting",
                      "--wrap", "sleep 1", jobs=jobs)
 
