@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from slurm_ml.model import Job
+from slurm_ml.model import Job, JobState
 from slurm_ml.policy.admission import RECORD_PREFIX, read_record
 from slurm_ml.policy.fairshare import FairShare, Standing
 from slurm_ml.policy.fairshare.lane import Lane
-from slurm_ml.policy.pending import ExcludedPending
+from slurm_ml.policy.pending import ExcludedPending, Wait, reason_entry
 from slurm_ml.policy.reclaim import ZombieStatus
 from slurm_ml.policy.refunds import Refund
 from slurm_ml.policy.repairs import NodeRepair
@@ -250,6 +250,25 @@ def lane_json(job: Job | None, lane: Lane | None) -> dict[str, Any] | None:
             "waited_s": waited}
 
 
+#: why a pending job the daemon ranks may show Reason=None (docs/reconciler.md)
+RERANKED_NONE = (
+    "slurm-ml sets the SiteFactor of pending jobs every cycle, and Slurm shows the reason "
+    "None from such an update until its scheduler next reaches the job (seconds on a short "
+    "queue, until backfill gets there on a long one). The job is not stuck: ask again after "
+    "the next scheduling pass.")
+
+
+def pending_json(job: Job) -> dict[str, Any] | None:
+    """What a pending job's Slurm reason means, and whether slurm-ml's own SiteFactor
+    update may be why it reads None now; None for a job not pending."""
+    if job.state != JobState.PENDING:
+        return None
+    entry = reason_entry(job.reason)
+    reranked = entry.wait == Wait.UNEVALUATED and bool(job.site_factor)
+    return {"reason": job.reason, "wait": entry.wait.value, "why": entry.why,
+            "note": RERANKED_NONE if reranked else None}
+
+
 def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
              fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
              zombie: ZombieStatus | None = None,
@@ -263,6 +282,7 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
         out["job"] = {"state": job.state.value, "reason": job.reason, "account": job.account,
                       "user": job.user, "qos": job.qos, "site_factor": job.site_factor,
                       "nice": job.nice, "priority": job.priority}
+        out["pending"] = pending_json(job)
     out["priority"] = dict(parts) if parts is not None else None
     if fair is not None and job is not None:
         assoc = fair.association(job.account, job.user)
@@ -302,6 +322,11 @@ def why_text(data: Mapping[str, Any]) -> str:
     else:
         lines.append(f"Job {jid}: {job['state']} ({job['reason'] or 'no reason'}), user "
                      f"{job['user']}, account {job['account']}, QOS {job['qos']}.")
+        pend = data.get("pending")
+        if pend:
+            lines.append(f"Waiting: {pend['why']}.")
+            if pend["note"]:
+                lines.append(pend["note"])
     prio = data.get("priority")
     if prio:
         parts = ", ".join(f"{k}={v}" for k, v in prio.items() if k not in ("job_id",))

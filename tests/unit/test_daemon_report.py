@@ -15,6 +15,7 @@ from slurm_ml.cli import main
 from slurm_ml.daemon import report, views
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import plan_cycle
+from slurm_ml.model import JobState
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
@@ -151,6 +152,28 @@ def test_why_explains_site_factor_admission_and_history() -> None:
 
     unknown = report.why_text(report.why_json(999, None, None, fair, []))
     assert "not known to slurmctld" in unknown and "No requeue" in unknown
+
+
+def test_why_explains_a_pending_reason_and_a_reranked_none() -> None:
+    slurm, fair = _fair()
+    job = dataclasses.replace(slurm.jobs[20], state=JobState.PENDING, reason="Resources",
+                              site_factor=None)
+    data = report.why_json(20, job, None, fair, [])
+    assert data["pending"]["wait"] == "resources" and data["pending"]["note"] is None
+    assert "Waiting: the GPUs or nodes it needs are in use by other jobs." in (
+        report.why_text(data))
+
+    # right after slurm-ml pushed its SiteFactor, Slurm shows None (22.05, verified)
+    ranked = dataclasses.replace(job, reason="None", site_factor=2100)
+    text = report.why_text(report.why_json(20, ranked, None, fair, []))
+    assert "not yet reached by the scheduler" in text
+    assert report.RERANKED_NONE in text
+    # None on a job slurm-ml never ranked: a new job, no note about SiteFactor
+    fresh = dataclasses.replace(job, reason="None")
+    assert report.why_json(20, fresh, None, fair, [])["pending"]["note"] is None
+
+    running = dataclasses.replace(job, state=JobState.RUNNING, reason="None")
+    assert report.why_json(20, running, None, fair, [])["pending"] is None
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
