@@ -4,7 +4,8 @@ Slurm resets a pending job's Reason to ``None`` when its SiteFactor is updated, 
 states it again only when its scheduler next reaches the job (Slurm 22.05 on the dev
 cluster, 2026-12-06: ``Resources`` -> ``None`` at once after ``scontrol update
 SiteFactor=``, ``Resources`` again 1.5 s later; deep in a long queue that can take until
-backfill gets there). The contracts need Slurm to have said the job waits for GPUs or
+backfill gets there; Slurm 24.11.5 in the trixie container does the same, and an
+integration test pins it on both). The contracts need Slurm to have said the job waits for GPUs or
 priority (``policy.pending.STARVING_WAITS``), so a cycle soon after one that re-ranked a
 starved job would not see it starved: the daemon's own push, not Slurm, hid it.
 
