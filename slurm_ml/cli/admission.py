@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
+from slurm_ml import assets
 from slurm_ml.cli.common import (
-    DEFAULT_CONFIG,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_NOT_READY,
@@ -31,7 +31,8 @@ def _socket_path(value: str | None) -> Path:
 
 @click.command("submitd")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml); re-read on SIGHUP.")
+              help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then the packaged "
+                   "slurm_ml/share/slurm-ml.yaml); re-read on SIGHUP.")
 @click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
 @click.option("--group", default=None,
               help="Group that owns the socket (SlurmUser's group); mode is 0660.")
@@ -46,7 +47,7 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
     from slurm_ml.submitd.run import run_submitd
     from slurm_ml.submitd.server import SubmitdError
 
-    path = Path(config_path or DEFAULT_CONFIG)
+    path = assets.config_path(config_path)
     cfg = load_config_or_exit(path)
     try:
         run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn)
@@ -82,9 +83,11 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
 @click.option("--user", default=None, help="Submit as this user (default: you).")
 @click.option("--account", default=None, help="Account when the sbatch line has no -A.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml).")
+              help="The site's slurm-ml.yaml (default $SLURM_ML_CONFIG, then the packaged "
+                   "dev-cluster one, with a note).")
 @click.option("--dsn", default=None,
-              help="PostgreSQL for budgets and GPU memory profiles (default $SLURM_ML_DSN).")
+              help="PostgreSQL for budgets and GPU memory profiles (default $SLURM_ML_DSN, "
+                   "then the config's store.dsn).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def submit_check(*, user: str | None, account: str | None, config_path: str | None,
@@ -97,7 +100,8 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
       slurm-ml submit-check --user alice --json -- --gpus=16 --wrap 'srun python x.py'
 
     Exit codes: 0 the job would be accepted (possibly rewritten); 1 it would be
-    rejected; 2 the sbatch options or the config are invalid.
+    rejected; 2 the sbatch options or the config are invalid; 3 the policy failed on
+    this job (submitd would let it through unchanged: report it with the output).
     """
     import getpass
     import pwd
@@ -108,7 +112,11 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
     from slurm_ml.submitd.server import PolicyServer
     from slurm_ml.submitd.state import StateRefresher
 
-    cfg = load_config_or_exit(config_path or DEFAULT_CONFIG)
+    cfg = load_config_or_exit(assets.config_path(config_path))
+    if not config_path and not env("SLURM_ML_CONFIG"):  # verdicts for another cluster
+        click.echo(f"slurm-ml: note: checking against the packaged dev-cluster config "
+                   f"({assets.DEFAULT_CONFIG}): no --config and $SLURM_ML_CONFIG is "
+                   f"unset; ask your admin for the site's slurm-ml.yaml", err=True)
     name = user or getpass.getuser()
     try:
         uid: int | None = pwd.getpwnam(name).pw_uid
@@ -146,3 +154,5 @@ def submit_check(*, user: str | None, account: str | None, config_path: str | No
     emit([v.as_dict() for v in verdicts], as_json, describe(verdicts))
     if any(v.action == "reject" for v in verdicts):
         sys.exit(EXIT_FAILED)
+    if any(v.action not in ("accept", "reject") for v in verdicts):
+        sys.exit(EXIT_NOT_READY)

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NOT_READY, EXIT_OK, main
 
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.delenv("SLURM_ML_DSN", raising=False)
+    monkeypatch.setenv("SLURM_ML_CONFIG", str(DEFAULT_CONFIG))  # as a site sets it
     return CliRunner()
 
 
@@ -37,6 +39,36 @@ def test_submit_check_without_a_database_says_so_in_one_plain_line(cli: CliRunne
     assert res.stderr == ("slurm-ml: note: no database configured (store.dsn / "
                           "$SLURM_ML_DSN); deciding without budget standing or GPU memory "
                           "profiles\n")
+
+
+def test_submit_check_reads_slurm_ml_config_and_says_when_it_has_none(
+        cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "site.yaml"
+    monkeypatch.setenv("SLURM_ML_CONFIG", str(missing))
+    res = cli.invoke(main, ["submit-check", "--user", "alice", "--", "--gpus=1",
+                            "--wrap", "true"])
+    assert res.exit_code == EXIT_BAD_INPUT and str(missing) in res.stderr
+
+    monkeypatch.delenv("SLURM_ML_CONFIG")
+    res = cli.invoke(main, ["submit-check", "--user", "alice", "--", "--gpus=1",
+                            "--wrap", "true"])
+    assert res.exit_code == EXIT_OK, res.output + res.stderr
+    assert "checking against the packaged dev-cluster config" in res.stderr
+
+
+def test_submit_check_exits_3_when_the_policy_fails_on_the_job(
+        cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_ml.submitd import server
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a policy bug")
+
+    monkeypatch.setattr(server, "reply_for", broken)
+    res = cli.invoke(main, ["submit-check", "--user", "alice", "--json", "--", "--gpus=1",
+                            "--wrap", "true"])
+    assert res.exit_code == EXIT_NOT_READY, res.output + res.stderr
+    (verdict,) = json.loads(res.stdout)
+    assert verdict["action"] == "error" and "a policy bug" in verdict["message"]
 
 
 def test_submit_check_shows_time_min_moved_into_the_protection(cli: CliRunner) -> None:
