@@ -20,6 +20,8 @@ Exit codes:
      conflicting slurm.conf setting (--force overrides; nothing was changed)
   2  bad input: options, config, templates, no slurm.conf, unknown partition
   3  Slurm unreachable: sacctmgr/slurmdbd did not answer (install changed nothing)
+  4  a file could not be read or written (permissions, a full or read-only disk):
+     what was done is on record; fix the cause and run the command again
 """
 
 
@@ -35,7 +37,7 @@ def _common(f: Any) -> Any:
         click.option("--systemd-dir", type=click.Path(file_okay=False, path_type=Path),
                      default=Path("/etc/systemd/system"), show_default=True,
                      help="Where the systemd units go."),
-        click.option("--no-systemd", is_flag=True, help="Write no systemd units."),
+        click.option("--no-systemd", is_flag=True, help="Write no systemd units (uninstall reads the manifest instead)."),
         click.option("--dry-run", is_flag=True, help="Plan and show; change nothing."),
         click.option("--diff", "show_diff", is_flag=True,
                      help="Show every file change as a unified diff."),
@@ -55,6 +57,21 @@ def _errors() -> tuple[type[Exception], ...]:
     from slurm_ml.slurm.render import TemplateError
 
     return (DeployError, TemplateError)
+
+
+def _run_or_fail(step: Any) -> Any:
+    """``step()``, with each typed error (and a file the plan could not read) as a
+    message and its exit code instead of a traceback."""
+    from slurm_ml.deploy.errors import FileFailed
+
+    try:
+        return step()
+    except _errors() as exc:
+        fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+    except OSError as exc:  # reading slurm.conf or a manifest, before anything changed
+        name = f" {exc.filename}" if exc.filename else ""
+        fail(f"cannot read or write{name}: {exc.strerror or exc} (run as root, or check "
+             f"the path); nothing was changed", FileFailed.exit_code)
 
 
 def _finish(outcome: Any, as_json: bool, show_diff: bool) -> None:
@@ -152,14 +169,23 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
         accounts=not no_accounts,
     )
     run = SlurmRunner(env={"SLURM_CONF": str(params.slurm_conf)}, timeout_s=30)
-    try:
-        outcome = install(cfg, params, run=run, dry_run=dry_run, force=force, say=_say)
-    except _errors() as exc:
-        fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+    outcome = _run_or_fail(lambda: install(cfg, params, run=run, dry_run=dry_run,
+                                           force=force, say=_say))
     _finish(outcome, as_json, show_diff)
 
 
-@click.command("uninstall", epilog=_EXIT_CODES)
+_UNINSTALL_EXIT_CODES = """\b
+Exit codes:
+  0  done, or nothing to take out (also a dry run that could plan everything)
+  1  refused: a file changed since install (--force removes it anyway; nothing was
+     changed)
+  2  bad input: options, or a manifest that cannot be read
+  4  a file could not be read or written (permissions, a full or read-only disk):
+     what was undone is on record; fix the cause and run uninstall again
+"""
+
+
+@click.command("uninstall", epilog=_UNINSTALL_EXIT_CODES)
 @_common
 def uninstall_cmd(*, slurm_conf_dir: Path, systemd_dir: Path, no_systemd: bool,
                   dry_run: bool, show_diff: bool, force: bool, as_json: bool) -> None:
@@ -176,15 +202,15 @@ def uninstall_cmd(*, slurm_conf_dir: Path, systemd_dir: Path, no_systemd: bool,
     from slurm_ml.deploy.install import uninstall
 
     conf_dir = slurm_conf_dir.absolute()
-    cfg = None
-    try:
+
+    def step() -> Any:
+        cfg = None
         manifest = state.load_manifest(conf_dir)
         if manifest is not None and manifest.config:
             try:
                 cfg = load_config(manifest.config)
             except ConfigError:
                 cfg = None
-        outcome = uninstall(conf_dir, cfg=cfg, dry_run=dry_run, force=force, say=_say)
-    except _errors() as exc:
-        fail(str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
-    _finish(outcome, as_json, show_diff)
+        return uninstall(conf_dir, cfg=cfg, dry_run=dry_run, force=force, say=_say)
+
+    _finish(_run_or_fail(step), as_json, show_diff)

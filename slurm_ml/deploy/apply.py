@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from slurm_ml.deploy.errors import FileFailed
 from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.deploy.plan import Action, ChangeSet, Kind
 
@@ -76,9 +77,20 @@ def apply(changes: ChangeSet, conf_dir: Path, say: Say) -> None:
     0600: it holds the hash of slurm-ml.env, whose DSN carries a password."""
     manifest = conf_dir / MANIFEST_NAME
     if changes.manifest is not None and (changes.manifest_changed or not manifest.exists()):
-        write_atomic(manifest, changes.manifest.to_json(), MANIFEST_MODE)
-    for a in changes.actions:
+        try:
+            write_atomic(manifest, changes.manifest.to_json(), MANIFEST_MODE)
+        except OSError as exc:
+            raise FileFailed(f"cannot write {manifest}: {exc.strerror or exc}; nothing was "
+                             f"changed (run as root, or check the disk)") from exc
+    for n, a in enumerate(changes.actions):
         say(f"  {a.kind.value:<7} {a.path}" + (f"  ({a.reason})" if a.reason else ""))
-        _apply_one(a)
+        try:
+            _apply_one(a)
+        except OSError as exc:
+            raise FileFailed(
+                f"cannot {a.kind.value} {a.path}: {exc.strerror or exc}; {n} of "
+                f"{len(changes.actions)} changes were made before it and are on record. "
+                f"Fix the cause (permissions, disk space) and run the command again to "
+                f"finish, or `slurm-ml uninstall` to take them out") from exc
     if changes.manifest is None:
         manifest.unlink(missing_ok=True)

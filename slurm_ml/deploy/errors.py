@@ -26,3 +26,10 @@ class SlurmUnreachable(DeployError):
     """sacctmgr/slurmdbd could not be reached for the accounts step."""
 
     exit_code = 3
+
+
+class FileFailed(DeployError):
+    """A file could not be read or written (permissions, a read-only or full disk). What
+    was applied before it is in the manifest, so running the command again finishes it."""
+
+    exit_code = 4

@@ -33,7 +33,31 @@ def test_help_documents_the_exit_codes() -> None:
     for cmd in ("install", "uninstall"):
         code, out, _ = _run(cmd, "--help")
         assert code == 0
-        assert "3  Slurm unreachable" in out and "1  refused" in out
+        assert "1  refused" in out and "4  a file could not be read or written" in out
+        assert ("3  Slurm unreachable" in out) == (cmd == "install")
+
+
+def test_a_write_that_fails_midway_exits_4_and_a_rerun_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from slurm_ml.deploy import apply
+
+    etc = make_conf_dir(tmp_path)
+    real, done = apply._apply_one, []
+
+    def disk_fills(a: apply.Action) -> None:
+        if len(done) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(a.path))
+        done.append(a)
+        real(a)
+
+    monkeypatch.setattr(apply, "_apply_one", disk_fills)
+    code, _, err = _install(tmp_path, etc, "--no-accounts")
+    assert code == 4, err
+    assert "No space left on device; 2 of" in err and "run the command again" in err
+    assert "Traceback" not in err
+    # finishing and undoing such a run: test_deploy_safety
 
 
 def test_dry_run_diff_on_a_fresh_dir_without_slurm(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from deploy_helpers import cfg, make_conf_dir, params, snapshot
 
 from slurm_ml.deploy import apply as deploy_apply
-from slurm_ml.deploy.errors import BadInput
+from slurm_ml.deploy.errors import BadInput, FileFailed
 from slurm_ml.deploy.install import install, uninstall
 from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.deploy.plan import Action
@@ -38,7 +38,7 @@ def test_a_run_cut_short_is_finished_by_the_next_install_and_undone_by_uninstall
         done.append(a.path)
 
     monkeypatch.setattr(deploy_apply, "_apply_one", disk_full_on_the_fourth)
-    with pytest.raises(OSError):
+    with pytest.raises(FileFailed):
         install(cfg(), params(tmp_path, etc))
     monkeypatch.setattr(deploy_apply, "_apply_one", real)
     assert (etc / MANIFEST_NAME).exists()  # written first: what was written is on record
@@ -48,7 +48,7 @@ def test_a_run_cut_short_is_finished_by_the_next_install_and_undone_by_uninstall
     # and a cut-short run followed by install again finishes, then uninstalls cleanly
     monkeypatch.setattr(deploy_apply, "_apply_one", disk_full_on_the_fourth)
     done.clear()
-    with pytest.raises(OSError):
+    with pytest.raises(FileFailed):
         install(cfg(), params(tmp_path, etc))
     monkeypatch.setattr(deploy_apply, "_apply_one", real)
     again = install(cfg(), params(tmp_path, etc))
@@ -68,7 +68,7 @@ def test_an_update_cut_short_is_still_installs_own_file(
         raise OSError(5, "I/O error")
 
     monkeypatch.setattr(deploy_apply, "_apply_one", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(FileFailed):
         install(cfg(), newer)
     monkeypatch.undo()
     # the env file still has the old content: not a local change, no refusal
