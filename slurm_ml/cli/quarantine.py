@@ -33,6 +33,10 @@ def _operator_errors() -> tuple[type[Exception], ...]:
     return (QuarantineError, SlurmError, StoreError)
 
 
+_SPOOLED = ("the database is unreachable, so the audit entry waits in this host's spool "
+            "(store.spool_dir) until a slurm-ml command here reaches the database again")
+
+
 def _actor() -> str:
     import getpass
 
@@ -112,6 +116,8 @@ def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str 
     emit(wiring.outcome_json(result), as_json,
          f"resumed {result.node} (was: {result.previous_reason})"
          + (" [forced]" if result.forced else ""))
+    if result.audit == "spooled":
+        click.echo(f"slurm-ml: warning: {_SPOOLED} (the node is resumed)", err=True)
 
 
 @quarantine.command("reset")
@@ -126,8 +132,9 @@ def quarantine_reset(node_class: str | None, check: str | None, config_path: str
     --check (audited), so that slurm-ml drains there (for that check) again. Only drains
     after the reset count for that breaker from then on: a fresh window.
 
-    Exit codes: 0 reset; 1 the audit entry could not be written; 2 no such class, not a
-    check id, neither or both given, or bad config.
+    Exit codes: 0 reset; 1 the reset could not be written to the database (it waits
+    in this host's spool, and the breakers see it only once that is replayed), or not
+    even spooled; 2 no such class, not a check id, neither or both given, or bad config.
     """
     from slurm_ml.hooks import wiring
     from slurm_ml.hooks.quarantine_ops import UnknownTarget
@@ -146,6 +153,12 @@ def quarantine_reset(node_class: str | None, check: str | None, config_path: str
         b.close()
     cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
     what = result.node_class if result.check is None else f"check {result.check}"
+    if result.audit == "spooled":
+        emit(wiring.outcome_json(result), as_json,
+             f"reset {what}: NOT in effect yet: {_SPOOLED}; until then its breaker "
+             f"stays as it was. Once the database answers, `slurm-ml quarantine list` "
+             f"here replays the spool and the reset takes effect.")
+        sys.exit(EXIT_FAILED)
     emit(wiring.outcome_json(result), as_json,
          f"reset {what}: {cleared} open alarm(s) closed; its breaker counts drains "
          f"from now on")

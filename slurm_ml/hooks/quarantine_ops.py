@@ -37,10 +37,12 @@ from slurm_ml.store.audit_log import (
     owned_drained,
     run_results,
 )
-from slurm_ml.store.protocol import Store
+from slurm_ml.store.errors import StoreError
+from slurm_ml.store.protocol import Store, WriteOutcome
 from slurm_ml.store.records import AuditEntry, derive_key
 
 __all__ = [
+    "AuditNotWritten",
     "OwnedDrain",
     "QuarantineError",
     "QuarantineView",
@@ -55,6 +57,10 @@ __all__ = [
 
 class QuarantineError(ValueError):
     """An operator action that was refused; the message says why and what to do."""
+
+
+class AuditNotWritten(QuarantineError):
+    """The action was done in Slurm, but its audit entry was neither stored nor spooled."""
 
 
 class UnknownTarget(QuarantineError):
@@ -108,6 +114,7 @@ class ResumeResult:
     node: str
     previous_reason: str
     forced: bool
+    audit: str = WriteOutcome.LANDED  # spooled: the database was unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,9 @@ class ResetResult:
     node_class: str | None  # the class reset (None: a check was)
     cleared: int | None  # alarms the reset closed; None when the store could not be read
     check: str | None = None  # the check reset (None: a class was)
+    #: spooled: only in this host's spool, so the fleet's breakers do not see the reset
+    #: until the spool is replayed into the database
+    audit: str = WriteOutcome.LANDED
 
     @property
     def scope(self) -> Scope:
@@ -179,11 +189,15 @@ def resume_node(node: str, *, slurm: SlurmClient, store: Store, now: datetime,
         raise QuarantineError(f"{node} was drained by someone else ({n.reason!r}); slurm-ml "
                               f"resumes only its own drains. Use --force to resume anyway.")
     slurm.resume_node(node)
-    store.audit(AuditEntry(
-        idempotency_key=derive_key("audit.resume", node, actor, now), actor=actor,
-        action=RESUME, target=node, at=now,
-        details={"reason": n.reason, "owned": mine, "forced": force and not mine}))
-    return ResumeResult(node, n.reason, force and not mine)
+    try:
+        outcome = store.audit(AuditEntry(
+            idempotency_key=derive_key("audit.resume", node, actor, now), actor=actor,
+            action=RESUME, target=node, at=now,
+            details={"reason": n.reason, "owned": mine, "forced": force and not mine}))
+    except StoreError as exc:  # the node is back in service: say so, not only the error
+        raise AuditNotWritten(f"resumed {node} (was: {n.reason}), but its audit entry "
+                              f"could not be written or spooled: {exc}") from exc
+    return ResumeResult(node, n.reason, force and not mine, outcome)
 
 
 def reset_breaker(node_class: str | None, *, cfg: Config, store: Store, now: datetime,
@@ -211,7 +225,7 @@ def reset_breaker(node_class: str | None, *, cfg: Config, store: Store, now: dat
     details: dict[str, object] = {"open_alarms": cleared, "scope": scope.kind}
     if check is not None:
         details["check"] = check
-    store.audit(AuditEntry(
+    outcome = store.audit(AuditEntry(
         idempotency_key=derive_key("audit.breaker.reset", scope.target, actor, now),
         actor=actor, action=RESET, target=scope.target, at=now, details=details))
-    return ResetResult(node_class, cleared, check)
+    return ResetResult(node_class, cleared, check, outcome)

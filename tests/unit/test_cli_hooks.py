@@ -109,7 +109,9 @@ def test_quarantine_bad_input_and_a_spooled_reset(node_env: dict[str, str | None
     code, _, err = invoke(node_env, "quarantine", "reset", "h100")
     assert code == 2 and "no node class 'h100'" in err
     code, out, _ = invoke(node_env, "quarantine", "reset", "a100-40g")
-    assert code == 0 and "unknown (database unreadable)" in out  # the audit entry spooled
+    # no database: the reset waits in the spool, so it is not in effect: exit 1, and why
+    assert code == 1 and "NOT in effect yet" in out and "quarantine list" in out
+    assert list((Path(str(node_env["SLURM_ML_SPOOL_DIR"]))).iterdir())  # nothing lost
     code, _, err = invoke(node_env, "quarantine", "resume", "gpu04")
     assert code == 1 and "slurm-ml: error:" in err  # Slurm cannot be asked
 
@@ -118,7 +120,8 @@ def test_quarantine_reset_of_a_check(node_env: dict[str, str | None]) -> None:
     code, out, _ = invoke(node_env, "quarantine", "reset", "--check", "nvlink.active_links",
                           "--json")
     doc = json.loads(out)
-    assert code == 0 and (doc["check"], doc["node_class"]) == ("nvlink.active_links", None)
+    assert code == 1 and (doc["check"], doc["node_class"]) == ("nvlink.active_links", None)
+    assert doc["audit"] == "spooled"  # no database here
     for args, match in ((("--check", "nvlink"), "is not a check id"),
                         (("a100-40g", "--check", "xid.79"), "one of them"),
                         ((), "one of them")):

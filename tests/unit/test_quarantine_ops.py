@@ -17,6 +17,7 @@ from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
 from slurm_ml.hooks.periodic import run_periodic
 from slurm_ml.hooks.prolog import run_prolog
 from slurm_ml.hooks.quarantine_ops import (
+    AuditNotWritten,
     QuarantineError,
     UnknownTarget,
     list_quarantine,
@@ -125,6 +126,17 @@ def test_operator_resumes_an_owned_drain_with_an_audit_entry() -> None:
     assert not slurm.nodes["gpu03"].drained
     [entry] = [a for a in store.rows(AuditEntry) if a.action == "resume"]
     assert (entry.actor, entry.target, entry.details["owned"]) == ("operator", "gpu03", True)
+
+
+def test_a_resume_whose_audit_fails_says_the_node_is_resumed() -> None:
+    from slurm_ml.store.errors import SpoolError
+
+    slurm, store = tripped()
+    store.fail_next_writes(SpoolError("cannot append to spool /var/spool/slurm-ml: EACCES"))
+
+    with pytest.raises(AuditNotWritten, match=r"resumed gpu03 \(was: slurm-ml: nvlink"):
+        resume_node("gpu03", slurm=slurm, store=store, now=later(20))
+    assert not slurm.nodes["gpu03"].drained  # done in Slurm; the message must say so
 
 
 def test_an_admin_drain_needs_force() -> None:
