@@ -237,8 +237,22 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
 
 
 # ------------------------------------------------------------------ why
+def _job_id(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    """A plain job id. An array task (``1234_5``) or het component (``1234+0``) has its
+    own job id, which is what slurm-ml records; Python's int() would read ``1234_5`` as
+    12345, another job."""
+    if value.isascii() and value.isdigit():
+        return int(value)
+    if "_" in value or "+" in value:
+        raise click.BadParameter(
+            f"{value} names an array task or a het-job component; slurm-ml knows each by "
+            f"its own job id: find it with `squeue -j {value} -h -o %A` (or `sacct -j "
+            f"{value} -X -o JobIDRaw`) and ask `slurm-ml why` that id")
+    raise click.BadParameter(f"{value!r} is not a job id (digits only)")
+
+
 @click.command("why")
-@click.argument("job_id", type=int)
+@click.argument("job_id", callback=_job_id)
 @_config_opt
 @_dsn_opt
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
@@ -249,8 +263,9 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     what a repair at the contract of its node waits for (until when), and every requeue,
     cancel or warning slurm-ml decided for it, with reasons.
 
-    Exit codes: 0 ok; 1 Slurm unavailable; 2 bad config, or a job unknown to Slurm and
-    to slurm-ml.
+    Exit codes: 0 ok; 1 Slurm unavailable, or a job Slurm no longer lists while the
+    database (its history) could not be read; 2 bad config, a bad job id, or a job
+    unknown to Slurm and to slurm-ml. An array task (1234_5) is asked by its own job id.
     """
     from datetime import UTC, datetime
 
@@ -263,6 +278,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     cfg = load_config_or_exit(assets.config_path(config_path))
     slurm = _slurm(cfg)
     now = int(time.time())
+    click.echo("reading slurmctld and slurmdbd ...", err=True)
     try:
         obs = observe(cfg, slurm, None, now)
         parts = slurm.priority_parts(job_id)
@@ -274,6 +290,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     made_room: list[Any] = []
     zombie = None
     repairs: list[Any] = []
+    history_lost = False
     target = _dsn(cfg, dsn)
     if target:
         store = _store(cfg, target)
@@ -290,6 +307,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
             repairs = repair_view.repairs_for_job(cfg, obs.nodes, obs.jobs, health,
                                                    job_id=job_id, now=now)
         except StoreError as exc:
+            history_lost = True
             click.echo(f"slurm-ml: warning: database unavailable ({exc}); no history",
                        err=True)
         finally:
@@ -301,4 +319,5 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
                            made_room=made_room)
     emit(data, as_json, report.why_text(data))
     if job is None and not decisions:
-        sys.exit(EXIT_BAD_INPUT)
+        # unknown to Slurm; unknown to slurm-ml too, unless its history could not be read
+        sys.exit(EXIT_FAILED if history_lost else EXIT_BAD_INPUT)

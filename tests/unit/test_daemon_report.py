@@ -202,3 +202,34 @@ def test_bad_config_is_exit_2(tmp_path: Path) -> None:
     bad.write_text("cluster: 1\n")
     res = CliRunner().invoke(main, ["budget", "status", "--config", str(bad)])
     assert res.exit_code == 2 and "cluster" in res.output
+
+
+@pytest.mark.parametrize(("arg", "says"), [
+    ("1234_5", "squeue -j 1234_5 -h -o %A"),  # int() would read it as job 12345
+    ("1234+0", "het-job component"),
+    ("12a", "is not a job id"),
+])
+def test_why_refuses_an_id_that_is_not_one_job(arg: str, says: str) -> None:
+    res = CliRunner().invoke(main, ["why", arg])
+    assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_why_of_an_ended_job_with_the_database_down_is_exit_1_not_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_ml.cli import reconciler
+    from slurm_ml.store.errors import StoreUnavailable
+
+    class DownStore(FakeStore):
+        def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
+            raise StoreUnavailable("connection refused", target="test")
+
+    monkeypatch.setattr(reconciler, "_slurm", lambda cfg: world())
+    monkeypatch.setattr(reconciler, "_store", lambda cfg, dsn: DownStore())
+    argv = ["why", "999", "--config", str(EXAMPLE), "--dsn", "postgresql://x@h/db"]
+    res = CliRunner().invoke(main, argv)
+    # Slurm no longer lists job 999, and its history is unreadable: not "unknown job"
+    assert res.exit_code == 1, res.output
+    assert "database unavailable" in res.stderr
+
+    monkeypatch.setattr(reconciler, "_store", lambda cfg, dsn: FakeStore())
+    assert CliRunner().invoke(main, argv).exit_code == 2  # known to neither: bad input
