@@ -23,7 +23,9 @@ from slurm_ml.cli.common import (
 from slurm_ml.cli.compose import devcluster_container
 from slurm_ml.envvars import env
 
-DEFAULT_STATE = Path.cwd() / ".devcluster"
+#: the default state directory, under the current directory (resolved when a command
+#: needs it: at import, a deleted current directory would break every command)
+DEFAULT_STATE = Path(".devcluster")
 
 
 @click.group()
