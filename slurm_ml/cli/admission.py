@@ -62,7 +62,8 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
 def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
     """Ask a running submitd: ping, stats, or refresh its state now.
 
-    Exit 3 when submitd does not answer.
+    Exit codes: 0 answered; 1 submitd answered with an error (printed); 3 submitd does
+    not answer.
     """
     from slurm_ml.submitd.client import SubmitdUnavailable, ask
 
@@ -70,6 +71,10 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
         reply = ask(_socket_path(socket_path), {"v": 1, "op": action})
     except SubmitdUnavailable as exc:
         fail(str(exc), EXIT_NOT_READY)
+    if reply.get("action") == "error":
+        if as_json:
+            emit(reply, True, "")
+        fail(f"submitd answered {action} with an error: {reply.get('error') or '?'}")
     if as_json:
         emit(reply, True, "")
     elif action == "stats":

@@ -123,6 +123,18 @@ def test_submitd_ctl_exits_3_when_submitd_is_not_running(cli: CliRunner,
     assert "submitd" in res.stderr
 
 
+def test_submitd_ctl_exits_1_with_submitds_error(cli: CliRunner,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_ml.submitd import client
+
+    monkeypatch.setattr(client, "ask", lambda *_a, **_k: {
+        "v": 1, "action": "error", "error": "refresh failed: database unavailable"})
+    res = cli.invoke(main, ["submitd-ctl", "refresh"])
+
+    assert res.exit_code == EXIT_FAILED
+    assert "refresh failed: database unavailable" in res.stderr
+
+
 @pytest.mark.parametrize("command", ["submitd", "submitd-ctl", "submit-check"])
 def test_admission_commands_have_help(cli: CliRunner, command: str) -> None:
     res = cli.invoke(main, [command, "--help"])
