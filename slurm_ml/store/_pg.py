@@ -14,7 +14,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from slurm_ml.store.errors import StoreError, StoreIntegrityError, StoreUnavailable
+from slurm_ml.store.errors import InvalidDsn, StoreError, StoreIntegrityError, StoreUnavailable
 
 Connection = psycopg.Connection[Any]
 
@@ -22,11 +22,11 @@ Connection = psycopg.Connection[Any]
 def parse_dsn(dsn: str) -> dict[str, Any]:
     """The DSN's parameters; StoreError (without echoing the DSN) if it is malformed."""
     if not isinstance(dsn, str) or not dsn.strip():
-        raise StoreError("PostgreSQL DSN is empty")
+        raise InvalidDsn("PostgreSQL DSN is empty")
     try:
         return conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise StoreError(f"invalid PostgreSQL DSN: {scrub(_one_line(exc), dsn, {})}") from None
+        raise InvalidDsn(f"invalid PostgreSQL DSN: {scrub(_one_line(exc), dsn, {})}") from None
 
 
 def describe_target(dsn: str) -> str:
@@ -39,9 +39,16 @@ def describe_target(dsn: str) -> str:
     return f"{host}:{port}/{dbname}"
 
 
+#: shorter passwords are not searched for in messages: replacing every "p" of a message
+#: for a password "p" made errors unreadable, and the driver never prints a password
+#: outside the DSN, which is always replaced whole
+MIN_SCRUBBED = 4
+
+
 def _secrets(dsn: str, params: dict[str, Any]) -> list[str]:
-    found = [dsn, str(params.get("password") or ""), os.environ.get("PGPASSWORD", "")]
-    return sorted((s for s in found if s), key=len, reverse=True)
+    found = [p for p in (str(params.get("password") or ""), os.environ.get("PGPASSWORD", ""))
+             if len(p) >= MIN_SCRUBBED]
+    return sorted(([dsn] if dsn else []) + found, key=len, reverse=True)
 
 
 def scrub(text: str, dsn: str, params: dict[str, Any]) -> str:

@@ -32,6 +32,10 @@ class StoreUnavailable(StoreError):
         self.target = target
 
 
+class InvalidDsn(StoreError):
+    """The DSN itself is malformed (bad input: no connection was tried)."""
+
+
 class MigrationError(StoreError):
     """A migration could not be loaded or applied, or the schema history is inconsistent."""
 

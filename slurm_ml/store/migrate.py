@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -36,6 +36,7 @@ MIGRATION_LOCK_KEY = 0x736C_6D6C_6D69_6772
 _VERSION_RE = re.compile(r"^[0-9]{4}_[a-z0-9_]+$")
 
 _LOCK: LiteralString = "SELECT pg_advisory_xact_lock(%(key)s)"
+_TRY_LOCK: LiteralString = "SELECT pg_try_advisory_xact_lock(%(key)s)"
 _CREATE_HISTORY: LiteralString = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    text PRIMARY KEY,
@@ -89,6 +90,7 @@ def migrate(
     *,
     migrations: Sequence[Migration] | None = None,
     connect_timeout_s: float = 5,
+    say: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Apply pending migrations; return the versions applied by this call (``[]`` if none).
 
@@ -96,7 +98,8 @@ def migrate(
     must be idle (no transaction open) and is left as it was found.
     Raises StoreUnavailable if the database cannot be reached and
     MigrationError if a migration fails (that migration is rolled back, earlier
-    ones stay applied) or the recorded history does not match the files.
+    ones stay applied) or the recorded history does not match the files. ``say`` hears
+    progress: a wait for another migrator's lock, and each migration as it starts.
     """
     plan = load_migrations() if migrations is None else _ordered(migrations)
     if isinstance(conn_or_dsn, str):
@@ -104,7 +107,7 @@ def migrate(
         target = _pg.describe_target(dsn)
         conn = _pg.connect(dsn, connect_timeout_s)
         try:
-            return _migrate(conn, plan, target, dsn)
+            return _migrate(conn, plan, target, dsn, say)
         finally:
             conn.close()
     conn = conn_or_dsn
@@ -114,7 +117,7 @@ def migrate(
     autocommit = conn.autocommit
     try:
         conn.autocommit = True
-        return _migrate(conn, plan, target, "")
+        return _migrate(conn, plan, target, "", say)
     except psycopg.Error as exc:
         raise _pg.translate(exc, target, "") from exc
     finally:
@@ -125,17 +128,28 @@ def migrate(
                 logger.warning("event=migrate_restore_failed target=%s", target)
 
 
+def _try_lock(conn: _pg.Connection) -> bool:
+    """Take the migration lock if it is free now (then ``_LOCK`` returns at once, the
+    lock being re-entrant within the transaction)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(_TRY_LOCK, {"key": MIGRATION_LOCK_KEY}).fetchone()
+    return bool(row and row[0])
+
+
 def _migrate(
     conn: _pg.Connection,
     plan: list[Migration],
     target: str,
     dsn: str,
+    say: Callable[[str], None] | None = None,
 ) -> list[str]:
     applied_now: list[str] = []
     known = {m.version: m for m in plan}
     while True:
         try:
             with conn.transaction():
+                if say is not None and not _try_lock(conn):
+                    say(f"waiting for another migrator's lock at {target} ...")
                 conn.execute(_LOCK, {"key": MIGRATION_LOCK_KEY})
                 conn.execute(_CREATE_HISTORY)
                 with conn.cursor(row_factory=tuple_row) as cur:
@@ -145,6 +159,8 @@ def _migrate(
                 if not pending:
                     break
                 step = pending[0]
+                if say is not None:
+                    say(f"applying {step.version} ...")
                 try:
                     conn.execute(step.sql.encode("utf-8"))
                 except psycopg.Error as exc:

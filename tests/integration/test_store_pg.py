@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ from slurm_ml.store import (
     migrate,
     write_record,
 )
+from slurm_ml.store.migrate import MIGRATION_LOCK_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -78,8 +80,10 @@ def store(pg_dsn: str) -> Iterator[PostgresStore]:
 
 def test_migrate_twice_is_idempotent(pg_dsn: str) -> None:
     assert SHIPPED[:2] == ["0001_init", "0002_window_reads"]
-    assert migrate(pg_dsn) == SHIPPED
-    assert migrate(pg_dsn) == []
+    heard: list[str] = []
+    assert migrate(pg_dsn, say=heard.append) == SHIPPED
+    assert heard == [f"applying {v} ..." for v in SHIPPED]  # progress, one line each
+    assert migrate(pg_dsn, say=heard.append) == [] and len(heard) == len(SHIPPED)
     with psycopg.connect(pg_dsn) as conn:
         tables = {
             r[0]
@@ -114,6 +118,22 @@ def test_concurrent_migrators_apply_each_migration_once(pg_dsn: str) -> None:
     assert errors == []
     applied = sorted(v for r in results for v in r)
     assert applied == [*SHIPPED, more]
+
+
+def test_a_migrator_behind_anothers_lock_says_it_waits(pg_dsn: str) -> None:
+    heard: list[str] = []
+    with psycopg.connect(pg_dsn) as holder:  # another migrator, mid-transaction
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+        waiter = threading.Thread(target=lambda: migrate(pg_dsn, say=heard.append))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert heard and heard[0].startswith("waiting for another migrator's lock at ")
+        assert waiter.is_alive()  # still waiting while the lock is held
+        holder.rollback()
+    waiter.join(30)
+    assert not waiter.is_alive() and heard[1:] == [f"applying {v} ..." for v in SHIPPED]
 
 
 def test_migrate_accepts_an_idle_connection_and_restores_it(pg_dsn: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -88,3 +89,18 @@ def test_devcluster_up_as_non_root_says_so(tmp_path: Path) -> None:
                     str(tmp_path / "s"), "--config", EXAMPLE], check=False, cwd=str(REPO))
     assert res.returncode == 2, res.stderr
     assert "must run as root" in res.stderr
+
+
+def test_db_migrate_malformed_or_missing_dsn_is_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["db", "migrate", "--dsn", "garbage=="])
+    assert res.exit_code == 2 and "invalid PostgreSQL DSN" in res.output
+    monkeypatch.delenv("SLURM_ML_DSN", raising=False)
+    monkeypatch.delenv("SLURM_ML_CONFIG", raising=False)
+    res = CliRunner().invoke(main, ["db", "migrate"])  # the packaged config has no dsn
+    assert res.exit_code == 2 and "no database" in res.output
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(DEFAULT_CONFIG.read_text().replace(
+        'dsn: ""', 'dsn: "postgresql://u@127.0.0.1:1/x"'))
+    res = CliRunner().invoke(main, ["db", "migrate", "--config", str(cfg)])
+    assert res.exit_code == 1 and "127.0.0.1:1/x" in res.output  # store.dsn was used
