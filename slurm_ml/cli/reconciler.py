@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -188,7 +189,9 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     slurm-ml drain ended (with the database), then the scheduling order of associations
     with pending work.
 
-    Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history); 2 bad config.
+    Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history, or the plot could
+    not be written); 2 bad config, or a --plot path that is not a .png in a writable
+    directory.
     """
     from datetime import UTC, datetime
 
@@ -199,6 +202,8 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     from slurm_ml.store.errors import StoreError
 
     cfg = load_config_or_exit(assets.config_path(config_path))
+    if plot_path:
+        _check_plot_path(Path(plot_path))
     now = int(time.time())
     click.echo("reading slurmctld and slurmdbd ...", err=True)
     try:
@@ -232,8 +237,20 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
         if not snapshots:
             fail("nothing to plot: no budget snapshots in the window (is the daemon "
                  "running and the database reachable?)")
-        plot_budget(snapshots, plot_path)
+        try:
+            plot_budget(snapshots, plot_path)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot write the plot {plot_path}: {exc}")
         click.echo(f"wrote {plot_path}", err=True)
+
+
+def _check_plot_path(path: Path) -> None:
+    """Refuse a --plot target before minutes of reading Slurm, not after."""
+    if path.suffix.lower() != ".png":
+        fail(f"--plot {path}: name a .png file", EXIT_BAD_INPUT)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        fail(f"--plot {path}: {parent} is not a writable directory", EXIT_BAD_INPUT)
 
 
 # ------------------------------------------------------------------ why

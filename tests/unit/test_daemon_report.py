@@ -233,3 +233,18 @@ def test_why_of_an_ended_job_with_the_database_down_is_exit_1_not_unknown(
 
     monkeypatch.setattr(reconciler, "_store", lambda cfg, dsn: FakeStore())
     assert CliRunner().invoke(main, argv).exit_code == 2  # known to neither: bad input
+
+
+@pytest.mark.parametrize(("name", "says"), [("b.pdf", "name a .png file"),
+                                            ("missing/b.png", "is not a writable directory")])
+def test_budget_status_refuses_a_bad_plot_path_before_reading_slurm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, says: str) -> None:
+    from slurm_ml.cli import reconciler
+
+    def never(cfg: object) -> None:
+        raise AssertionError("read Slurm before checking --plot")
+
+    monkeypatch.setattr(reconciler, "_slurm", never)
+    res = CliRunner().invoke(main, ["budget", "status", "--config", str(EXAMPLE),
+                                    "--plot", str(tmp_path / name)])
+    assert res.exit_code == 2 and says in res.output, res.output
