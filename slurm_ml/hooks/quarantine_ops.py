@@ -28,6 +28,7 @@ from slurm_ml.policy.repairs import (
     current_findings,
     plan_repairs,
 )
+from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.audit_log import (
     RESET,
@@ -85,6 +86,9 @@ class QuarantineView:
     errors: tuple[str, ...] = ()
     #: repairs at the contract: per node, which job its drain waits for and until when
     repairs: tuple[NodeRepair, ...] = ()
+    #: False: slurmctld could not be read, so the drains and repairs are unknown (the
+    #: alarms, from the audit log, are still shown)
+    slurm_ok: bool = True
 
     def to_json(self) -> dict[str, Any]:
         def when(at: datetime | None) -> str | None:
@@ -102,7 +106,7 @@ class QuarantineView:
                          "drained": r.drained, "until": _iso(r.until),
                          "jobs": [{"job_id": j.job_id, "kind": j.kind, "until": _iso(j.until),
                                    "text": j.text} for j in r.jobs]} for r in self.repairs],
-            "store_ok": self.store_ok, "errors": list(self.errors)}
+            "store_ok": self.store_ok, "slurm_ok": self.slurm_ok, "errors": list(self.errors)}
 
 
 def _iso(epoch: int | None) -> str | None:
@@ -138,9 +142,14 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
     """slurm-ml's drains now (per Slurm), the open alarms (per the audit log) and the
     nodes under repair at the contract, with what each one's drain waits for."""
     rec = Recorder(store)
-    every = slurm.list_nodes()
-    nodes = owned_drained(every)
     entries = rec.read("audit log", lambda s: s.audit_entries())
+    alarms = tuple(open_alarms(entries or []))
+    try:
+        every = slurm.list_nodes()
+    except SlurmError as exc:  # the alarms still matter: show them, and say what failed
+        return QuarantineView((), alarms, entries is not None,
+                              (*rec.errors, f"slurmctld: {exc}"), (), slurm_ok=False)
+    nodes = owned_drained(every)
     need = cfg.policy.quarantine.resume_after_passes
     drains = []
     for n in sorted(nodes, key=lambda n: n.name):
@@ -149,8 +158,11 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
         streak = None if at is None else _streak(rec, n.name, at)
         drains.append(OwnedDrain(n.name, None if cls is None else cls.name, n.reason, at,
                                  streak, need))
-    alarms = tuple(open_alarms(entries or []))
-    repairs = _repairs(cfg, slurm, rec, every, now or datetime.now(UTC))
+    try:
+        repairs = _repairs(cfg, slurm, rec, every, now or datetime.now(UTC))
+    except SlurmError as exc:  # the nodes were read, the jobs not: the drains stand
+        return QuarantineView(tuple(drains), alarms, entries is not None,
+                              (*rec.errors, f"slurmctld jobs: {exc}"), (), slurm_ok=False)
     return QuarantineView(tuple(drains), alarms, entries is not None, tuple(rec.errors),
                           repairs)
 

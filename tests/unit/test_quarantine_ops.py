@@ -169,6 +169,27 @@ def test_list_with_the_database_down_still_shows_slurms_view() -> None:
     assert view.alarms == () and view.store_ok is False and view.errors
 
 
+def test_list_with_slurm_down_still_shows_the_alarms(monkeypatch: pytest.MonkeyPatch,
+                                                      ) -> None:
+    from slurm_ml.slurm.errors import SlurmTimeout
+
+    slurm, store = tripped()
+    view = list_quarantine(cfg=CFG, slurm=slurm, store=store)
+    assert view.slurm_ok
+
+    def down() -> None:
+        raise SlurmTimeout("scontrol show node timed out after 30 s")
+
+    alarms = view.alarms
+    assert alarms  # tripped(): the a100-40g breaker is open
+    monkeypatch.setattr(slurm, "list_nodes", down)
+    view = list_quarantine(cfg=CFG, slurm=slurm, store=store)
+    assert view.slurm_ok is False and view.drains == () and view.repairs == ()
+    assert view.alarms == alarms
+    assert any("timed out" in e for e in view.errors)
+    assert view.to_json()["slurm_ok"] is False
+
+
 # ------------------------------------------------------- the check breaker, end to end
 
 NVL = "nvlink.active_links"
