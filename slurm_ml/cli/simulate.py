@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from slurm_ml import assets
-from slurm_ml.cli.common import EXIT_BAD_INPUT, emit, fail, load_config_or_exit
+from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, emit, fail, load_config_or_exit
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")  # sim.prepare's
 
@@ -80,7 +80,8 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
 
     `slurm-ml sim sweep` runs one scenario at several values of one knob.
 
-    Exit codes: 0 ok; 2 bad input (config, trace file, options).
+    Exit codes: 0 ok; 1 the results were printed but --report could not write its page
+    or report.json (the errors say why); 2 bad input (config, trace file, options).
     """
     if ctx.invoked_subcommand is not None:
         given = [p.opts[0] for p in ctx.command.params
@@ -155,16 +156,21 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
         results.append(result)
     judged = summaries(prep, results)
     info = scenario_info(prep, judged)
+    unwritten: list[str] = []
     if report_dir:
         from slurm_ml.sim.report import write_report
 
         page = write_report(Path(report_dir), results, judged,
-                            title=f"slurm-ml sim: {prep.scenario.trace}", scenario=info)
-        click.echo(f"report: {page}", err=True)
+                            title=f"slurm-ml sim: {prep.scenario.trace}", scenario=info,
+                            unwritten=unwritten)
+        click.echo(f"report: NOT written: {', '.join(unwritten)} (the errors above say "
+                   f"why); the results follow" if unwritten else f"report: {page}", err=True)
     data = {"scenario": info,
             "policies": [{**s.as_dict(), "targets": [t.as_dict() for t in targets(s)]}
                          for s in judged]}
     emit(data, as_json, compare(judged))
+    if unwritten:
+        sys.exit(EXIT_FAILED)
 
 
 def _yaml_data(path: Path) -> Any:

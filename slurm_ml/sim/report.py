@@ -336,13 +336,15 @@ def write_report(
     *,
     title: str,
     scenario: Mapping[str, object],
+    unwritten: list[str] | None = None,
 ) -> Path:
     """Write report.json, the PNG charts and index.html into ``dir``; return the page.
 
     Raises ValueError only for mismatched inputs (a caller's bug, checked before anything
     is written). After that nothing raises: a failed chart or section becomes a note, and
     a file that cannot be written is logged as an error (``check_report_deps(dir)``
-    catches both causes before the simulation)."""
+    catches both causes before the simulation) and its path appended to ``unwritten``."""
+    lost = unwritten if unwritten is not None else []
     if not results:
         raise ValueError("nothing to report: no results")
     if len(results) != len(summaries):
@@ -355,6 +357,7 @@ def write_report(
         dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         log.error("report: cannot create %s: %s", dir, exc)
+        lost.append(str(dir))
         return page
     failed = _draw_all(dir, results, summaries)
     data = report_data(results, summaries, title=title, scenario=scenario, chart_failures=failed)
@@ -364,6 +367,7 @@ def write_report(
         )
     except (OSError, ValueError, TypeError) as exc:
         log.error("report: cannot write %s: %s", dir / "report.json", exc)
+        lost.append(str(dir / "report.json"))
     try:
         page.write_text(
             render_html(
@@ -377,4 +381,5 @@ def write_report(
         )
     except OSError as exc:
         log.error("report: cannot write %s: %s", page, exc)
+        lost.append(str(page))
     return page

@@ -38,6 +38,15 @@ def test_text_table_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "rep" / "index.html").exists()
 
 
+def test_a_report_that_cannot_be_written_still_prints_the_results(tmp_path: Path) -> None:
+    (tmp_path / "rep" / "index.html").mkdir(parents=True)  # the page cannot be written
+    code, out, err = run("--trace", "tiresias", "--gpus", "16", "--policy", "fifo",
+                         "--report", str(tmp_path / "rep"))
+    assert code == 1, err
+    assert "fifo" in out.splitlines()[0] and "occupancy" in out  # the results, whole
+    assert f"report: NOT written: {tmp_path / 'rep' / 'index.html'}" in err
+
+
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--trace", "nosuch"], "unknown kind 'nosuch'"),
     (["--trace", "tiresias:/no/such/file.csv", "--gpus", "8"], "/no/such/file.csv"),

@@ -154,6 +154,21 @@ def test_a_section_that_raises_becomes_a_note(
     assert "Teams under fifo" in page and "How the numbers are defined" in page
 
 
+def test_files_that_cannot_be_written_are_named_not_raised(tmp_path: Path) -> None:
+    under_a_file = tmp_path / "f"
+    under_a_file.write_text("x")
+    lost: list[str] = []
+    r = tiny("fifo")
+    write_report(under_a_file / "out", [r], [summarize(r)], title="t", scenario={},
+                 unwritten=lost)
+    assert lost == [str(under_a_file / "out")]
+
+    (tmp_path / "index.html").mkdir()  # the page cannot be written over a directory
+    lost.clear()
+    write_report(tmp_path, [r], [summarize(r)], title="t", scenario={}, unwritten=lost)
+    assert lost == [str(tmp_path / "index.html")] and (tmp_path / "report.json").is_file()
+
+
 def test_extra_summary_fields_reach_report_json_as_valid_json(tmp_path: Path) -> None:
     @dataclasses.dataclass(frozen=True, slots=True)
     class Wider(Summary):
