@@ -43,6 +43,9 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
 
     SIGHUP re-reads the config (a bad one is refused, the old one kept) and refreshes
     budget standing and GPU memory profiles from PostgreSQL; SIGTERM stops it.
+
+    Exit codes: 0 stopped by SIGTERM; 1 the socket could not be made (in use, no such
+    group, a directory it cannot write); 2 a bad config.
     """
     from slurm_ml.submitd.run import run_submitd
     from slurm_ml.submitd.server import SubmitdError

@@ -67,7 +67,11 @@ def _devcluster_errors() -> tuple[type[BaseException], ...]:
 @_state_opt
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
 def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bool) -> None:
-    """Bring the dev cluster up (idempotent; needs root)."""
+    """Bring the dev cluster up (idempotent; needs root).
+
+    Exit codes: 0 up; 1 a step failed (the message names it, the logs are in the state
+    directory); 2 not root, or a bad config.
+    """
     from slurm_ml.devcluster.platform import NotRoot
 
     cluster = _cluster(state_dir, config_path)
@@ -82,10 +86,14 @@ def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bo
 @devcluster.command("down")
 @_state_opt
 @click.option("--destroy", is_flag=True, help="Also delete the state directory.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def devcluster_down(state_dir: str | None, config_path: str | None, destroy: bool,
                     as_json: bool) -> None:
-    """Stop the processes `up` started (by pid), nothing else."""
+    """Stop the processes `up` started (by pid), nothing else.
+
+    Exit codes: 0 stopped (or nothing was running); 1 a process could not be stopped;
+    2 not root, or a bad config.
+    """
     from slurm_ml.devcluster.platform import NotRoot
 
     cluster = _cluster(state_dir, config_path)
@@ -103,9 +111,12 @@ def devcluster_down(state_dir: str | None, config_path: str | None, destroy: boo
 
 @devcluster.command("status")
 @_state_opt
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def devcluster_status(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
-    """Every daemon and node state. Exit 3 when something is not up."""
+    """Every daemon and node state.
+
+    Exit codes: 0 everything is up; 2 a bad config; 3 something is not up.
+    """
     st = _cluster(state_dir, config_path).status()
     if as_json:
         click.echo(json.dumps(st, indent=2, sort_keys=True))
@@ -134,7 +145,7 @@ def devcluster_status(state_dir: str | None, config_path: str | None, as_json: b
 @click.argument("capture", required=False)
 @click.option("--clear", is_flag=True, help="Restore the node's healthy captures.")
 @_state_opt
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def devcluster_fault(node: str, capture: str | None, *, clear: bool, state_dir: str | None,
                      config_path: str | None, as_json: bool) -> None:
     """Inject a fault on dev node NODE: CAPTURE (a path, or a file of the data kit under
@@ -171,7 +182,11 @@ def devcluster_fault(node: str, capture: str | None, *, clear: bool, state_dir: 
 @devcluster.command("env")
 @_state_opt
 def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
-    """Print the shell exports (SLURM_CONF, SLURM_ML_DSN, ...) to use the cluster."""
+    """Print the shell exports (SLURM_CONF, SLURM_ML_DSN, ...) to use the cluster:
+    eval "$(slurm-ml devcluster env)".
+
+    Exit codes: 0 printed; 2 a bad config; 3 no dev cluster in the state directory.
+    """
     cluster = _cluster(state_dir, config_path)
     if not cluster.layout.slurm_conf.exists():
         fail(f"no dev cluster in {cluster.layout.root}; run `slurm-ml devcluster up` first",
@@ -182,9 +197,13 @@ def devcluster_env(state_dir: str | None, config_path: str | None) -> None:
 
 @devcluster.command("demo")
 @_state_opt
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def devcluster_demo(state_dir: str | None, config_path: str | None, as_json: bool) -> None:
-    """Run a small GPU workload as the researcher users and show the result."""
+    """Run a small GPU workload as the researcher users and show the result: admission's
+    rewrites and rejections, the jobs, node health, the reconciler and the simulator.
+
+    Exit codes: 0 shown; 1 a step failed (the message names it); 2 a bad config.
+    """
     from dataclasses import asdict
 
     from slurm_ml.devcluster.demo import (

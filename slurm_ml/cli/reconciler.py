@@ -37,6 +37,11 @@ def _dsn_opt(f: Any) -> Any:
                         help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn).")(f)
 
 
+#: what to check when the Slurm commands fail, for the operator reading the error
+_SLURM_HINT = ("; check that SLURM_CONF names the cluster's slurm.conf (or run this on a "
+               "host that has one) and that slurmctld answers: scontrol ping")
+
+
 def _dsn(cfg: Any, dsn: str | None) -> str:
     return str(cfg.store.resolve_dsn(dsn))
 
@@ -209,7 +214,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     try:
         obs = observe(cfg, _slurm(cfg), None, now)
     except SlurmError as exc:
-        fail(f"cannot read Slurm: {exc}")
+        fail(f"cannot read Slurm: {exc}{_SLURM_HINT}")
     util: dict[str, float] = {}
     snapshots: list[Any] = []
     target = _dsn(cfg, dsn)
@@ -300,7 +305,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
         obs = observe(cfg, slurm, None, now)
         parts = slurm.priority_parts(job_id)
     except SlurmError as exc:
-        fail(f"cannot read Slurm: {exc}")
+        fail(f"cannot read Slurm: {exc}{_SLURM_HINT}")
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []
