@@ -36,9 +36,11 @@ VARS: tuple[EnvVar, ...] = (
     EnvVar("SLURM_ML_CONFIG",
            "slurm-ml.yaml when `--config` is not given, for the Slurm hooks (`health "
            "prolog`, `epilog`, `periodic`), `quarantine`, `daemon`, `budget status`, "
-           "`why`, `sim` and `devcluster container`; `slurm-ml install` writes it into "
-           "slurm-ml.env. "
-           "`submitd`, `submit-check`, `health check` and the other `devcluster` commands "
+           "`why`, `sim`, `submitd`, `submit-check`, `db migrate` (for `store.dsn`) and "
+           "`devcluster container`; `slurm-ml install` writes it into slurm-ml.env "
+           "(root-only: set it for researchers too, for example in `/etc/profile.d`, so "
+           "that `submit-check` checks against the site's config; without it, it says it "
+           "uses the packaged one). `health check` and the other `devcluster` commands "
            "take only `--config`",
            "`slurm_ml/share/slurm-ml.yaml` shipped in the package (the dev cluster's)"),
     EnvVar("SLURM_ML_DSN",
@@ -48,7 +50,7 @@ VARS: tuple[EnvVar, ...] = (
            "`store.dsn`; with neither, submitd and the hooks run without a database (the "
            "hooks spool) and the daemon refuses to start"),
     EnvVar("SLURM_ML_SUBMITD_SOCKET",
-           "Unix socket `submitd` listens on and `submit-check` asks (`--socket` wins); "
+           "Unix socket `submitd` listens on and `submitd-ctl` asks (`--socket` wins); "
            "install writes it into slurm-ml.env",
            "`/run/slurm-ml/submitd.sock`"),
     EnvVar("SLURM_ML_SPOOL_DIR",
