@@ -125,12 +125,12 @@ def test_site_factor_tolerates_jobs_that_ended(slurm: CliSlurm, workdir: str,
 
 
 def test_site_factor_update_blanks_a_pending_reason_until_the_scheduler_returns(
-    slurm: CliSlurm, record_property: Callable[[str, object], None],
+    slurm: CliSlurm, jobs: list[int], record_property: Callable[[str, object], None],
 ) -> None:
-    """The fact ``daemon/reasons.py`` rests on: updating a pending job's SiteFactor may
-    show its Reason as ``None`` (Slurm 22.05 does at once), and the scheduler states the
-    real reason again by itself. Either way the job ends up ``Resources`` again."""
-    jobs: list[int] = []
+    """The fact ``daemon/reasons.py`` rests on: updating a pending job's SiteFactor shows
+    its Reason as ``None`` at once (22.05 and 24.11.5), and the scheduler states the real
+    reason again by itself. A scheduler pass may land between the update and the read,
+    so three updates get three reads."""
     on_gpu06 = ("--nodelist=gpu06", "--time=10")
     blocker = sbatch("bob", *on_gpu06, "--gres=gpu:v100:4", "--job-name=it-sf-blocker",
                      "--wrap", "sleep 300", jobs=jobs)
@@ -141,15 +141,18 @@ def test_site_factor_update_blanks_a_pending_reason_until_the_scheduler_returns(
     def reason() -> str:
         return slurm.list_jobs(job_ids=[waiting])[0].reason
 
-    wait_until("the waiting job to wait for Resources", lambda: reason() == "Resources")
-    slurm.set_site_factor({waiting: 7})
-    right_after = reason()
-    record_property("reason_right_after_site_factor", right_after)
-    print(f"reason right after the SiteFactor update: {right_after!r}")
-    assert right_after in {"Resources", "None"}
+    seen = []
+    for factor in (7, 8, 9):
+        wait_until("the waiting job to wait for Resources", lambda: reason() == "Resources")
+        slurm.set_site_factor({waiting: factor})
+        seen.append(reason())
+        if seen[-1] == "None":
+            break
+    record_property("reasons_right_after_site_factor", seen)
+    assert seen[-1] == "None", f"Slurm kept the reason through 3 updates: {seen}"
     wait_until("the scheduler to state Resources again", lambda: reason() == "Resources",
                timeout_s=60)
-    assert slurm.site_factors().get(waiting) == 7
+    assert slurm.site_factors().get(waiting) == factor
 
 
 def test_drain_and_resume_with_reason(slurm: CliSlurm) -> None:

@@ -327,7 +327,7 @@ def test_slurm_ml_why_reads_the_samples_and_says_why_there_is_no_verdict(
             "(sampled: gpu05 GPU 0, gpu05 GPU 1, gpu05 GPU 2).") in text.output
 
     sample(3)
-    data = json.loads(CliRunner().invoke(reconciler.why_cmd, [*args, "--json"]).output)
+    data = json.loads(CliRunner().invoke(reconciler.why_cmd, [*args, "--json"]).stdout)
     assert (data["zombie"]["state"], data["zombie"]["idle_s"]) == ("zombie", 30 * MIN)
     assert data["zombie"]["coverage"]["problems"] == []
 
