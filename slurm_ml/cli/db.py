@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from slurm_ml.cli.common import EXIT_BAD_INPUT, emit, fail, load_config_or_exit
+from slurm_ml.envvars import env
 
 
 @click.group()
@@ -32,9 +33,9 @@ def db_migrate(dsn: str | None, config_path: str | None, as_json: bool) -> None:
     from slurm_ml.store.errors import InvalidDsn, StoreError
     from slurm_ml.store.migrate import migrate
 
-    if not dsn:
-        cfg = load_config_or_exit(assets.config_path(config_path))
-        dsn = cfg.store.resolve_dsn(None)
+    dsn = dsn or env("SLURM_ML_DSN")
+    if not dsn:  # only then is the config read: a DSN given needs no config at all
+        dsn = load_config_or_exit(assets.config_path(config_path)).store.resolve_dsn(None)
     if not dsn:
         fail("no database: pass --dsn, set $SLURM_ML_DSN, or store.dsn in the config",
              EXIT_BAD_INPUT)

@@ -162,11 +162,10 @@ def quarantine_reset(node_class: str | None, check: str | None, config_path: str
     cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
     what = result.node_class if result.check is None else f"check {result.check}"
     if result.audit == "spooled":
-        emit(wiring.outcome_json(result), as_json,
-             f"reset {what}: NOT in effect yet: {_SPOOLED}; until then its breaker "
+        emit(wiring.outcome_json(result), as_json, f"reset {what}: NOT in effect yet")
+        fail(f"reset {what} is not in effect yet: {_SPOOLED}; until then its breaker "
              f"stays as it was. Once the database answers, `slurm-ml quarantine list` "
              f"here replays the spool and the reset takes effect.")
-        sys.exit(EXIT_FAILED)
     emit(wiring.outcome_json(result), as_json,
          f"reset {what}: {cleared} open alarm(s) closed; its breaker counts drains "
          f"from now on")

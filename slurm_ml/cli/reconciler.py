@@ -59,9 +59,11 @@ def _store(cfg: Any, dsn: str) -> Any:
 
     if not dsn:
         fail("no database: pass --dsn, set $SLURM_ML_DSN or store.dsn", EXIT_BAD_INPUT)
+    from slurm_ml.store.errors import InvalidDsn
+
     try:
         return PostgresStore(dsn, connect_timeout_s=cfg.store.connect_timeout_s)
-    except ValueError as exc:
+    except (ValueError, InvalidDsn) as exc:
         fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
 
 

@@ -104,3 +104,11 @@ def test_db_migrate_malformed_or_missing_dsn_is_exit_2(monkeypatch: pytest.Monke
         'dsn: ""', 'dsn: "postgresql://u@127.0.0.1:1/x"'))
     res = CliRunner().invoke(main, ["db", "migrate", "--config", str(cfg)])
     assert res.exit_code == 1 and "127.0.0.1:1/x" in res.output  # store.dsn was used
+
+
+def test_db_migrate_with_a_dsn_in_the_environment_reads_no_config(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SLURM_ML_DSN", "postgresql://u@127.0.0.1:1/x")
+    monkeypatch.setenv("SLURM_ML_CONFIG", str(tmp_path / "missing.yaml"))
+    res = CliRunner().invoke(main, ["db", "migrate"])
+    assert res.exit_code == 1 and "127.0.0.1:1/x" in res.output  # tried; no config error

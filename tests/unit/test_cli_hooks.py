@@ -108,9 +108,11 @@ def test_periodic_default_node_and_unmanaged_node(node_env: dict[str, str | None
 def test_quarantine_bad_input_and_a_spooled_reset(node_env: dict[str, str | None]) -> None:
     code, _, err = invoke(node_env, "quarantine", "reset", "h100")
     assert code == 2 and "no node class 'h100'" in err
-    code, out, _ = invoke(node_env, "quarantine", "reset", "a100-40g")
+    code, out, err = invoke(node_env, "quarantine", "reset", "a100-40g")
     # no database: the reset waits in the spool, so it is not in effect: exit 1, and why
-    assert code == 1 and "NOT in effect yet" in out and "quarantine list" in out
+    assert code == 1 and "NOT in effect yet" in out
+    assert err.startswith("slurm-ml: error: reset a100-40g is not in effect yet")
+    assert "quarantine list" in err
     assert list((Path(str(node_env["SLURM_ML_SPOOL_DIR"]))).iterdir())  # nothing lost
     code, _, err = invoke(node_env, "quarantine", "resume", "gpu04")
     assert code == 1 and "slurm-ml: error:" in err  # Slurm cannot be asked

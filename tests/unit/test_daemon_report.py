@@ -248,3 +248,12 @@ def test_budget_status_refuses_a_bad_plot_path_before_reading_slurm(
     res = CliRunner().invoke(main, ["budget", "status", "--config", str(EXAMPLE),
                                     "--plot", str(tmp_path / name)])
     assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_a_malformed_dsn_is_exit_2_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_ml.cli import reconciler
+
+    monkeypatch.setattr(reconciler, "_slurm", lambda cfg: world())
+    res = CliRunner().invoke(main, ["why", "20", "--config", str(EXAMPLE),
+                                    "--dsn", "garbage=="])
+    assert res.exit_code == 2 and "bad DSN: invalid PostgreSQL DSN" in res.stderr
