@@ -3,7 +3,7 @@ and how a command fails, prints its result and loads its config.
 
 Exit codes: 0 ok; 1 the operation failed (Slurm, database or dev cluster error, with a
 message); 2 bad input (usage or configuration errors); 3 not ready (e.g. the dev cluster
-is not fully up).
+is not fully up). ``install``/``uninstall`` add 4: a file could not be read or written.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from slurm_ml import assets
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
 # slurm_ml/share/slurm-ml.yaml: package data, the same file in a checkout and a wheel.
 DEFAULT_CONFIG = assets.DEFAULT_CONFIG
+#: appended to an error reading Slurm: what the operator checks next
+SLURM_HINT = ("; check that SLURM_CONF names the cluster's slurm.conf (or run this on a "
+              "host that has one) and that slurmctld answers: scontrol ping")
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:

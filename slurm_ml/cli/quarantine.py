@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, emit, fail, load_config_or_exit
+from slurm_ml.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    SLURM_HINT,
+    emit,
+    fail,
+    load_config_or_exit,
+)
 from slurm_ml.cli.hooks import hook_options, hook_settings, open_db
 
 
@@ -83,14 +90,14 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
         lines.extend(f"           {j.text}" for j in r.jobs)
     if not lines:
         lines.append("no slurm-ml drains, no breaker alarms, no repairs waiting")
+    unknown = "repairs" if view.drains_ok else "drains and repairs"
     if not view.slurm_ok and not as_json:
         lines = [ln for ln in lines if not ln.startswith("no slurm-ml drains")]
-        lines.append("drains and repairs: unknown (slurmctld could not be read)")
+        lines.append(f"{unknown}: unknown (slurmctld could not be read)")
     emit(view.to_json(), as_json, "\n".join(lines))
     if not view.slurm_ok:
-        click.echo("slurm-ml: error: slurmctld could not be read: drains and repairs are "
-                   "unknown (" + "; ".join(view.errors) + "); check SLURM_CONF and that "
-                   "slurmctld answers (scontrol ping)", err=True)
+        click.echo(f"slurm-ml: error: slurmctld could not be read: {unknown} unknown ("
+                   + "; ".join(view.errors) + f"){SLURM_HINT}", err=True)
         sys.exit(EXIT_FAILED)
     if not view.store_ok:
         click.echo("slurm-ml: error: the database could not be read: alarms and streaks "

@@ -19,6 +19,7 @@ from slurm_ml.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
+    SLURM_HINT,
     emit,
     fail,
     load_config_or_exit,
@@ -35,11 +36,6 @@ def _config_opt(f: Any) -> Any:
 def _dsn_opt(f: Any) -> Any:
     return click.option("--dsn", default=None,
                         help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn).")(f)
-
-
-#: what to check when the Slurm commands fail, for the operator reading the error
-_SLURM_HINT = ("; check that SLURM_CONF names the cluster's slurm.conf (or run this on a "
-               "host that has one) and that slurmctld answers: scontrol ping")
 
 
 def _dsn(cfg: Any, dsn: str | None) -> str:
@@ -216,7 +212,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     try:
         obs = observe(cfg, _slurm(cfg), None, now)
     except SlurmError as exc:
-        fail(f"cannot read Slurm: {exc}{_SLURM_HINT}")
+        fail(f"cannot read Slurm: {exc}{SLURM_HINT}")
     util: dict[str, float] = {}
     snapshots: list[Any] = []
     target = _dsn(cfg, dsn)
@@ -255,7 +251,7 @@ def _check_plot_path(path: Path) -> None:
     """Refuse a --plot target before minutes of reading Slurm, not after."""
     if path.suffix.lower() != ".png":
         fail(f"--plot {path}: name a .png file", EXIT_BAD_INPUT)
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent  # Path("b.png").parent is Path("."); savefig makes no directory
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         fail(f"--plot {path}: {parent} is not a writable directory", EXIT_BAD_INPUT)
 
@@ -307,7 +303,7 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
         obs = observe(cfg, slurm, None, now)
         parts = slurm.priority_parts(job_id)
     except SlurmError as exc:
-        fail(f"cannot read Slurm: {exc}{_SLURM_HINT}")
+        fail(f"cannot read Slurm: {exc}{SLURM_HINT}")
     job = next((j for j in obs.jobs if j.job_id == job_id), None)
     fair = current_fair_share(cfg, obs)
     decisions: list[Any] = []

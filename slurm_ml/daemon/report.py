@@ -252,10 +252,10 @@ def lane_json(job: Job | None, lane: Lane | None) -> dict[str, Any] | None:
 
 #: why a pending job the daemon ranks may show Reason=None (docs/reconciler.md)
 RERANKED_NONE = (
-    "slurm-ml sets the SiteFactor of pending jobs every cycle, and Slurm shows the reason "
-    "None from such an update until its scheduler next reaches the job (seconds on a short "
-    "queue, until backfill gets there on a long one). The job is not stuck: ask again after "
-    "the next scheduling pass.")
+    "slurm-ml updates a pending job's SiteFactor whenever its budget rank moves, and "
+    "Slurm shows the reason None from such an update until its scheduler next reaches "
+    "the job (seconds on a short queue, until backfill gets there on a long one), so "
+    "None here may only mean that. Ask again after the next scheduling pass.")
 
 
 def pending_json(job: Job) -> dict[str, Any] | None:

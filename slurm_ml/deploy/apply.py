@@ -93,4 +93,8 @@ def apply(changes: ChangeSet, conf_dir: Path, say: Say) -> None:
                 f"Fix the cause (permissions, disk space) and run the command again to "
                 f"finish, or `slurm-ml uninstall` to take them out") from exc
     if changes.manifest is None:
-        manifest.unlink(missing_ok=True)
+        try:
+            manifest.unlink(missing_ok=True)
+        except OSError as exc:
+            raise FileFailed(f"every change was made, but {manifest} could not be removed: "
+                             f"{exc.strerror or exc}; remove it by hand") from exc

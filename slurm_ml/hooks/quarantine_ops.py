@@ -86,9 +86,11 @@ class QuarantineView:
     errors: tuple[str, ...] = ()
     #: repairs at the contract: per node, which job its drain waits for and until when
     repairs: tuple[NodeRepair, ...] = ()
-    #: False: slurmctld could not be read, so the drains and repairs are unknown (the
-    #: alarms, from the audit log, are still shown)
+    #: False: slurmctld could not be read, so the repairs are unknown, and the drains too
+    #: unless ``drains_ok`` (its nodes were read, its jobs not); the alarms, from the
+    #: audit log, are shown either way
     slurm_ok: bool = True
+    drains_ok: bool = True
 
     def to_json(self) -> dict[str, Any]:
         def when(at: datetime | None) -> str | None:
@@ -106,7 +108,8 @@ class QuarantineView:
                          "drained": r.drained, "until": _iso(r.until),
                          "jobs": [{"job_id": j.job_id, "kind": j.kind, "until": _iso(j.until),
                                    "text": j.text} for j in r.jobs]} for r in self.repairs],
-            "store_ok": self.store_ok, "slurm_ok": self.slurm_ok, "errors": list(self.errors)}
+            "store_ok": self.store_ok, "slurm_ok": self.slurm_ok,
+            "drains_ok": self.drains_ok, "errors": list(self.errors)}
 
 
 def _iso(epoch: int | None) -> str | None:
@@ -148,7 +151,8 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
         every = slurm.list_nodes()
     except SlurmError as exc:  # the alarms still matter: show them, and say what failed
         return QuarantineView((), alarms, entries is not None,
-                              (*rec.errors, f"slurmctld: {exc}"), (), slurm_ok=False)
+                              (*rec.errors, f"slurmctld: {exc}"), (), slurm_ok=False,
+                              drains_ok=False)
     nodes = owned_drained(every)
     need = cfg.policy.quarantine.resume_after_passes
     drains = []

@@ -187,7 +187,13 @@ def test_list_with_slurm_down_still_shows_the_alarms(monkeypatch: pytest.MonkeyP
     assert view.slurm_ok is False and view.drains == () and view.repairs == ()
     assert view.alarms == alarms
     assert any("timed out" in e for e in view.errors)
-    assert view.to_json()["slurm_ok"] is False
+    assert view.to_json()["slurm_ok"] is False and view.drains_ok is False
+
+    monkeypatch.undo()  # the nodes answer, the jobs do not: the drains stand
+    monkeypatch.setattr(slurm, "list_jobs", lambda *a, **k: down())
+    view = list_quarantine(cfg=CFG, slurm=slurm, store=store)
+    assert (view.slurm_ok, view.drains_ok) == (False, True)
+    assert [d.node for d in view.drains] == ["gpu03"] and view.repairs == ()
 
 
 # ------------------------------------------------------- the check breaker, end to end

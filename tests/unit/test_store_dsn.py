@@ -18,8 +18,8 @@ def test_a_malformed_dsn_is_invalid_dsn(dsn: str) -> None:
 def test_scrub_removes_the_dsn_and_a_real_password() -> None:
     dsn = "postgresql://slurmml:s3cretpw@db1:5432/slurmml"
     text = f"connection to {dsn} failed: password s3cretpw rejected"
-    out = _pg.scrub(text, dsn, _pg.parse_dsn(dsn))
-    assert "s3cretpw" not in out and dsn not in out and "db1" not in out.split("***")[0]
+    assert _pg.scrub(text, dsn, _pg.parse_dsn(dsn)) == (
+        "connection to *** failed: password *** rejected")
 
 
 def test_scrub_leaves_a_message_readable_for_a_one_letter_password() -> None:
