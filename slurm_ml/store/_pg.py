@@ -7,6 +7,7 @@ and no message ever carries the password from the DSN.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +27,19 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise InvalidDsn(f"invalid PostgreSQL DSN: {scrub(_one_line(exc), dsn, {})}") from None
+        raise InvalidDsn(f"invalid PostgreSQL DSN: {_quoted_masked(_one_line(exc), dsn)}",
+                         ) from None
+
+
+def _quoted_masked(text: str, dsn: str) -> str:
+    """A parse error's message without what it quotes from the DSN: libpq quotes the
+    offending fragment ("unexpected spaces found in \"secr et\""), which may be part of
+    the password, and a DSN that did not parse has no password field to scrub. An
+    unknown option's name is kept: it is a key, and the useful part."""
+    text = scrub(text, dsn, {})
+    if text.startswith("invalid connection option"):
+        return text
+    return re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] == "=" else '"..."', text)
 
 
 def describe_target(dsn: str) -> str:

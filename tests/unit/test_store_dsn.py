@@ -29,3 +29,16 @@ def test_scrub_leaves_a_message_readable_for_a_one_letter_password() -> None:
     text = ('connection to server at "127.0.0.1", port 1 failed: Connection refused '
             "Is the server running on that host and accepting TCP/IP connections?")
     assert _pg.scrub(text, dsn, _pg.parse_dsn(dsn)) == text
+
+
+@pytest.mark.parametrize(("dsn", "shown"), [
+    ("postgresql://u:secr et@h/db", "unexpected spaces found in \"...\""),
+    ("host=h s3cretpw", "missing \"=\" after \"...\""),
+    ("garbage==", 'invalid connection option "garbage"'),  # a key: kept, it helps
+])
+def test_a_parse_error_quotes_nothing_of_the_dsn_but_an_option_name(dsn: str,
+                                                                   shown: str) -> None:
+    with pytest.raises(InvalidDsn) as got:
+        _pg.parse_dsn(dsn)
+    assert shown in str(got.value)
+    assert "secr" not in str(got.value) and "s3cretpw" not in str(got.value)
