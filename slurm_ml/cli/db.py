@@ -35,7 +35,7 @@ def db_migrate(dsn: str | None, config_path: str | None, as_json: bool) -> None:
 
     dsn = dsn or env("SLURM_ML_DSN")
     if not dsn:  # only then is the config read: a DSN given needs no config at all
-        dsn = load_config_or_exit(assets.config_path(config_path)).store.resolve_dsn(None)
+        dsn = load_config_or_exit(assets.config_path(config_path)).store.dsn
     if not dsn:
         fail("no database: pass --dsn, set $SLURM_ML_DSN, or store.dsn in the config",
              EXIT_BAD_INPUT)

@@ -18,6 +18,7 @@ from slurm_ml.cli.common import (
     load_config_or_exit,
 )
 from slurm_ml.cli.hooks import hook_options, hook_settings, open_db
+from slurm_ml.store.protocol import WriteOutcome
 
 
 @click.group()
@@ -96,9 +97,8 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
         lines.append(f"{unknown}: unknown (slurmctld could not be read)")
     emit(view.to_json(), as_json, "\n".join(lines))
     if not view.slurm_ok:
-        click.echo(f"slurm-ml: error: slurmctld could not be read: {unknown} unknown ("
-                   + "; ".join(view.errors) + f"){SLURM_HINT}", err=True)
-        sys.exit(EXIT_FAILED)
+        fail(f"slurmctld could not be read: {unknown} unknown ({'; '.join(view.errors)})"
+             f"{SLURM_HINT}")
     if not view.store_ok:
         click.echo("slurm-ml: error: the database could not be read: alarms and streaks "
                    "are unknown (" + "; ".join(view.errors) + ")", err=True)
@@ -131,7 +131,7 @@ def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str 
     emit(wiring.outcome_json(result), as_json,
          f"resumed {result.node} (was: {result.previous_reason})"
          + (" [forced]" if result.forced else ""))
-    if result.audit == "spooled":
+    if result.audit == WriteOutcome.SPOOLED:
         click.echo(f"slurm-ml: warning: {_SPOOLED} (the node is resumed)", err=True)
 
 
@@ -168,7 +168,7 @@ def quarantine_reset(node_class: str | None, check: str | None, config_path: str
         b.close()
     cleared = "unknown (database unreadable)" if result.cleared is None else result.cleared
     what = result.node_class if result.check is None else f"check {result.check}"
-    if result.audit == "spooled":
+    if result.audit == WriteOutcome.SPOOLED:
         emit(wiring.outcome_json(result), as_json, f"reset {what}: NOT in effect yet")
         fail(f"reset {what} is not in effect yet: {_SPOOLED}; until then its breaker "
              f"stays as it was. Once the database answers, `slurm-ml quarantine list` "

@@ -121,7 +121,7 @@ class ResumeResult:
     node: str
     previous_reason: str
     forced: bool
-    audit: str = WriteOutcome.LANDED  # spooled: the database was unreachable
+    audit: WriteOutcome = WriteOutcome.LANDED  # SPOOLED: the database was unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ class ResetResult:
     check: str | None = None  # the check reset (None: a class was)
     #: spooled: only in this host's spool, so the fleet's breakers do not see the reset
     #: until the spool is replayed into the database
-    audit: str = WriteOutcome.LANDED
+    audit: WriteOutcome = WriteOutcome.LANDED
 
     @property
     def scope(self) -> Scope:

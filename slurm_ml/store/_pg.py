@@ -21,7 +21,7 @@ Connection = psycopg.Connection[Any]
 
 
 def parse_dsn(dsn: str) -> dict[str, Any]:
-    """The DSN's parameters; StoreError (without echoing the DSN) if it is malformed."""
+    """The DSN's parameters; InvalidDsn (without echoing the DSN) if it is malformed."""
     if not isinstance(dsn, str) or not dsn.strip():
         raise InvalidDsn("PostgreSQL DSN is empty")
     try:
