@@ -103,9 +103,16 @@ class DevCluster:
         return SlurmRunner(env=self.slurm_env, timeout_s=timeout_s)
 
     def dsn(self) -> str:
+        """The role's password DSN over TCP, with require_auth=scram-sha-256: another
+        user's program on the port while PostgreSQL is down gets no password. TCP rather
+        than the socket with peer authentication: env.sh hands this DSN to the tests and
+        the demo, whichever OS user runs them (peer needs a pg_ident.conf line per user),
+        and the compose cluster, whose containers reach PostgreSQL over TCP only, shares
+        the form."""
+        from slurm_ml.store.dsn import tcp_dsn  # psycopg only where a DSN is made
+
         s = self._secrets()
-        p = self.layout.ports.postgres
-        return f"postgresql://{PG_USER}:{s.pg_password}@127.0.0.1:{p}/{PG_DB}"
+        return tcp_dsn("127.0.0.1", self.layout.ports.postgres, PG_DB, PG_USER, s.pg_password)
 
     def service_env(self) -> dict[str, str]:
         """The environment slurm-ml's services get: the env file ``slurm-ml install``

@@ -188,9 +188,14 @@ class Role:
         lay.run.chmod(0o755)
 
     def dsn(self) -> str:
+        """The dev cluster's DSN form (require_auth=scram-sha-256) at the postgres
+        service: containers reach it over the compose network, where any container
+        could answer at that name."""
+        from slurm_ml.store.dsn import tcp_dsn  # psycopg only where a DSN is made
+
         s = self.cluster._secrets()
-        return (f"postgresql://{PG_USER}:{s.pg_password}@{HOSTS.postgres}:"
-                f"{self.layout.ports.postgres}/{PG_DB}")
+        return tcp_dsn(HOSTS.postgres, self.layout.ports.postgres, PG_DB, PG_USER,
+                       s.pg_password)
 
     def munge(self) -> None:
         """munged with the shared key (init wrote it), like the dev cluster's."""

@@ -15,19 +15,56 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from slurm_ml.store.errors import InvalidDsn, StoreError, StoreIntegrityError, StoreUnavailable
+from slurm_ml.store.errors import (
+    AuthMethodRefused,
+    InvalidDsn,
+    LibpqTooOld,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+)
 
 Connection = psycopg.Connection[Any]
 
+#: the first libpq (PQlibVersion) that knows ``require_auth``
+LIBPQ_REQUIRE_AUTH = 160000
+#: options a libpq older than the version named refuses as unknown
+_OPTION_SINCE = {"require_auth": LIBPQ_REQUIRE_AUTH, "channel_binding": 130000}
+
+
+def version_text(version: int) -> str:
+    """``150004`` → ``15.4`` (PQlibVersion's numbering since PostgreSQL 10)."""
+    return f"{version // 10000}.{version % 10000}"
+
+
+def libpq_too_old(message: str, version: int) -> LibpqTooOld | None:
+    """The named error for a DSN this libpq refuses only for its age: libpq says
+    ``invalid connection option "require_auth"``, which reads like a typo in the DSN."""
+    for option, since in _OPTION_SINCE.items():
+        if version < since and f'invalid connection option "{option}"' in message:
+            return LibpqTooOld(
+                f"the PostgreSQL DSN uses {option}, which needs libpq "
+                f"{version_text(since)} or later, and psycopg here uses libpq "
+                f"{version_text(version)}: install a psycopg whose libpq is newer "
+                f"(python -c 'import psycopg; print(psycopg.pq.version())' shows it). "
+                f"Removing {option} instead would let a server that asks for the "
+                f"password in clear or as MD5 have it")
+    return None
+
 
 def parse_dsn(dsn: str) -> dict[str, Any]:
-    """The DSN's parameters; InvalidDsn (without echoing the DSN) if it is malformed."""
+    """The DSN's parameters; InvalidDsn (without echoing the DSN) if it is malformed,
+    LibpqTooOld if only this libpq's age refuses it."""
     if not isinstance(dsn, str) or not dsn.strip():
         raise InvalidDsn("PostgreSQL DSN is empty")
     try:
         return conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise InvalidDsn(f"invalid PostgreSQL DSN: {_quoted_masked(_one_line(exc), dsn)}",
+        text = _one_line(exc)
+        old = libpq_too_old(text, psycopg.pq.version())
+        if old is not None:
+            raise old from None
+        raise InvalidDsn(f"invalid PostgreSQL DSN: {_quoted_masked(text, dsn)}",
                          ) from None
 
 
@@ -75,6 +112,13 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+#: libpq's words (fe-auth.c) when the server's authentication is not what the DSN's
+#: require_auth or channel_binding demand: libpq stops before it answers with a password
+#: (not "channel binding required, but SSL not in use": that is the DSN's own sslmode)
+_REFUSED_AUTH = ("authentication method requirement", "channel binding is required",
+                 "channel binding required but", "channel binding required, but server")
+
+
 def connect(
     dsn: str,
     connect_timeout_s: float,
@@ -116,6 +160,16 @@ def connect(
         )
     except psycopg.Error as exc:
         reason = scrub(_one_line(exc), dsn, params)
+        if any(mark in reason for mark in _REFUSED_AUTH):
+            raise AuthMethodRefused(
+                f"refused to log in to PostgreSQL at {target}: {reason}. The server's "
+                f"authentication is not what the DSN requires (require_auth, "
+                f"channel_binding), so libpq sent it no password: either something else "
+                f"answers at that address, or PostgreSQL's pg_hba.conf does not use "
+                f"scram-sha-256 there",
+                target=target,
+                sqlstate=exc.sqlstate,
+            ) from None
         raise StoreUnavailable(
             f"cannot connect to PostgreSQL at {target}: {reason}",
             target=target,

@@ -32,8 +32,23 @@ class StoreUnavailable(StoreError):
         self.target = target
 
 
+class AuthMethodRefused(StoreUnavailable):
+    """libpq refused the authentication the server asked for, as the DSN's
+    ``require_auth`` or ``channel_binding`` told it to, and sent no password.
+
+    Transient as far as the spool is concerned (the real server may answer next time),
+    but worth naming: it is either something else answering at PostgreSQL's address or
+    a pg_hba.conf that does not use scram-sha-256.
+    """
+
+
 class InvalidDsn(StoreError):
     """The DSN itself is malformed (bad input: no connection was tried)."""
+
+
+class LibpqTooOld(InvalidDsn):
+    """The DSN uses an option the libpq psycopg links is too old for (``require_auth``
+    needs libpq 16): not a typo in the DSN, a driver to upgrade."""
 
 
 class MigrationError(StoreError):

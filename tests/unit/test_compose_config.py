@@ -35,6 +35,7 @@ from slurm_ml.cli import compose as cli_compose
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
 from slurm_ml.devcluster import compose, platform
+from slurm_ml.store.dsn import dsn_warnings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -467,7 +468,11 @@ def test_rendered_files_name_the_compose_hosts(role: compose.Role) -> None:
 
 
 def test_dsn_points_at_the_postgres_service(role: compose.Role) -> None:
-    assert re.fullmatch(r"postgresql://slurmml:[0-9a-f]+@postgres:5432/slurmml", role.dsn())
+    assert re.fullmatch(r"postgresql://slurmml:[0-9a-f]+@postgres:5432/slurmml"
+                        r"\?require_auth=scram-sha-256", role.dsn())
+    assert dsn_warnings(role.dsn(), environ={}) == []
+    # the one-host dev cluster's own form, on the same secrets
+    assert role.cluster.dsn() == role.dsn().replace("@postgres:", "@127.0.0.1:")
 
 
 def test_init_renders_and_installs_and_is_idempotent(role: compose.Role) -> None:
@@ -485,7 +490,7 @@ def test_init_renders_and_installs_and_is_idempotent(role: compose.Role) -> None
     assert f'local SOCKET_PATH = "{role.layout.submitd_socket}"' in shim
     env = (etc / "slurm-ml.env").read_text()
     assert f"SLURM_ML_REPLAY_DIR={role.layout.health}" in env
-    assert f"SLURM_ML_DSN={role.dsn()}" in env
+    assert f"SLURM_ML_DSN={shlex.quote(role.dsn())}" in env
     assert (etc / "munge.key").stat().st_mode & 0o777 == 0o400
     assert (etc / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
     role.init()  # a second `docker compose up`: nothing changes
