@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_ml.config import Config
+from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.policy.admission_state import AdmissionState
 from slurm_ml.policy.capability import Capability, describe_need, match
 from slurm_ml.policy.cluster_view import ClassSlice, ClusterView
@@ -113,16 +114,30 @@ def contract_min_runtime_s(admin_comment: str, time_min_min: int | None) -> int 
 
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
            now: datetime, *, routing: bool = True, update: bool = False,
-           asked_qos: str | None = None) -> AdmissionDecision:
+           asked_qos: str | None = None,
+           before: tuple[str, ...] | None = None) -> AdmissionDecision:
     """Rewrite, pass or reject one job.
+
+    A job is judged whenever any partition of its ``--partition`` list is one slurm-ml
+    manages (no list: the default partition): Slurm may start it in any of them, so a
+    list that adds a partition slurm-ml does not manage is no way around a spent budget.
+    Its shape is judged on the nodes of the managed partitions, its routing as for any
+    job. A list that names only partitions slurm-ml does not manage passes untouched.
 
     Updates of existing jobs: ``routing=False`` when the update touches only the shape
     (and ``--time-min``); ``update=True`` when it touches QOS, account or partition,
-    with ``asked_qos`` the QOS the update names (``routing.reroute_update``).
+    with ``asked_qos`` the QOS the update names (``routing.reroute_update``) and
+    ``before`` the partitions the job had before the update.
     """
     if not req.is_gpu:
         return PASS
-    if any(p not in view.partitions for p in req.partitions):
+    managed = tuple(p for p in req.partitions if p in view.partitions)
+    if req.partitions and not managed:
+        return PASS
+    elsewhere = tuple(p for p in req.partitions if p not in view.partitions)
+    if elsewhere and req.typed_gpus - set(cfg.gpu_types):
+        # No node slurm-ml manages has that type: the job can only start in a partition
+        # slurm-ml does not manage, whose nodes it does not know.
         return PASS
     unknown = sorted(req.typed_gpus - set(cfg.gpu_types))
     if unknown:
@@ -145,7 +160,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         return AdmissionDecision(accept=False, code=SLURM_ERROR, message=f"slurm-ml: {exc}.")
     if constraint is None:  # too rich to rewrite: keep the user's own type choice
         cap = Capability(cap.requested, tuple(t for t in view.type_order if t in cap.requested))
-    candidates = _eligible(view.in_partitions(req.partitions), constraint, view)
+    candidates = _eligible(view.in_partitions(managed), constraint, view)
     can_widen = set(cap.acceptable) > cap.requested
     # With a wider retry to come, the fixes of a first refusal are worked out only if the
     # retry is refused too.
@@ -155,8 +170,9 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         verdict = (wider if not wider.reject else
                    _shape_on(req, candidates, cap.requested, view, fragment))
     if verdict.reject:
+        where = _judged_where(managed, elsewhere)
         return AdmissionDecision(accept=False, code=verdict.code,
-                                 message=f"slurm-ml rejected this job: {verdict.reject}.")
+                                 message=f"slurm-ml rejected this job{where}: {verdict.reject}.")
     layout = verdict.layout
     types = _final_types(req, cap, layout, candidates, view.type_order)
     widened = bool(cap.requested) and not set(types) <= cap.requested
@@ -175,6 +191,8 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         rt = reroute_update(req, cfg, state, asked_qos=asked_qos)
     else:
         rt = route(req, cfg, state)
+    if update and not rt.refuse and before is not None:
+        rt = _entering(req, rt, before, view)
     if rt.refuse:
         return AdmissionDecision(accept=False, code=ESLURM_ACCOUNTING_POLICY, message=rt.refuse)
     if rt.note:
@@ -192,6 +210,37 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         record=_record(req, now, cap, types=types if widened else None, layout=layout, rt=rt),
         lane=(rt.account, req.total_gpus() or 0) if rt.lane and rt.account else None,
     )
+
+
+def _judged_where(managed: tuple[str, ...], elsewhere: tuple[str, ...]) -> str:
+    """Where a rejected job was judged, when its partition list reaches beyond slurm-ml."""
+    if not elsewhere:
+        return ""
+    return (f" for partition {','.join(managed)} (Slurm may start it in any partition of "
+            f"its --partition list; slurm-ml judges it on the ones it manages, not "
+            f"{','.join(elsewhere)})")
+
+
+def _entering(req: JobRequest, rt: Route, before: tuple[str, ...],
+              view: ClusterView) -> Route:
+    """Refuse an update that brings a job from partitions slurm-ml does not manage into
+    one it does, in QOS alloc. Such a job was never admitted, so it carries no admission
+    record, and an update cannot write one (slurmctld lets only SlurmUser and root set
+    AdminComment): the daemon would find an alloc job with no recorded protected runtime
+    and no record of its routing. In QOS free it needs no protection, and may move."""
+    if not before or any(p in view.partitions for p in before):
+        return rt
+    if (rt.qos or req.qos) != ALLOC_QOS:
+        return rt
+    job = f"job {req.job_id}" if req.job_id is not None else "this job"
+    into = ",".join(p for p in req.partitions if p in view.partitions)
+    return Route(account=rt.account, refuse=(
+        f"slurm-ml refused moving {job} into partition {into} in QOS {ALLOC_QOS}: it was "
+        f"submitted to {','.join(before)}, which slurm-ml does not manage, so it has no "
+        f"admission record (budget routing and protected runtime are fixed when a job is "
+        f"submitted, and an update cannot record them). Move it with QOS={FREE_QOS} "
+        f"(uncharged, preemptible), or submit it again with "
+        f"--partition={','.join(req.partitions)}."))
 
 
 def _shape_on(req: JobRequest, candidates: tuple[ClassSlice, ...], types: frozenset[str],

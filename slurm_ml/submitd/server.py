@@ -42,6 +42,7 @@ from slurm_ml.submitd.wire import (
     merge_update,
     normalize,
     parse_line,
+    partitions_of,
     reply_for,
     to_request,
     touched,
@@ -123,7 +124,8 @@ class PolicyServer:
             req = to_request(job)
             now = self.clock()
             decision = decide(req, policy.cfg, policy.view, state, now,
-                              routing=routing, update=update, asked_qos=asked_qos(env.job))
+                              routing=routing, update=update, asked_qos=asked_qos(env.job),
+                              before=partitions_of(env.current) if update else None)
             if decision.accept and decision.lane is not None:
                 self.refresher.note_lane(LaneAdmission(now, *decision.lane))
                 self._wake_daemon(policy.cfg, now, req.name, decision.lane[0])

@@ -171,7 +171,6 @@ def to_request(job: Mapping[str, Any]) -> JobRequest:
         spec = _text(job, key)
         if spec:
             gpus.extend(parse_gpu_spec(spec, per))
-    partition = _text(job, "partition")
     time_min = _num(job, "time_min")
     if job.get("time_min") == INFINITE:
         time_min = NO_MIN_RUNTIME
@@ -186,7 +185,7 @@ def to_request(job: Mapping[str, Any]) -> JobRequest:
         user=user,
         name=_text(job, "name") or "",
         account=_text(job, "account"),
-        partitions=tuple(p for p in (partition or "").split(",") if p),
+        partitions=partitions_of(job),
         qos=_text(job, "qos"),
         gpus=tuple(gpus),
         features=_text(job, "features") or "",
@@ -226,6 +225,11 @@ def asked_qos(update: Mapping[str, Any]) -> str | None:
     """The QOS an update names; None when it names none (or asks for the default)."""
     qos = update.get("qos")
     return qos if isinstance(qos, str) and qos else None
+
+
+def partitions_of(job: Mapping[str, Any]) -> tuple[str, ...]:
+    """The partition list a job's ``partition`` field names (``gpu,cpu``), in order."""
+    return tuple(p for p in (_text(job, "partition") or "").split(",") if p)
 
 
 def merge_update(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -648,8 +648,8 @@ PASS_THROUGH: list[tuple[str, dict[str, Any]]] = [
      {"user_name": "alice", "partition": "cloud", "tres_per_job": "{g}gpu:64"}),
     ("unmanaged-partition-stranding-shape",
      {"user_name": "carol", "partition": "other", "tres_per_node": "{g}gpu:6", "min_nodes": 2}),
-    ("one-unmanaged-partition-in-list",
-     {"user_name": "carol", "partition": "gpu,cpu", "tres_per_job": "{g}gpu:16"}),
+    ("only-unmanaged-partitions-in-list",
+     {"user_name": "carol", "partition": "cpu,cloud", "tres_per_job": "{g}gpu:16"}),
 ]
 
 
@@ -1234,6 +1234,26 @@ REROUTES: list[tuple[str, Config, dict[str, Any], dict[str, Any], dict[str, Any]
     ("partition-update-reroutes", CFG, {**CURRENT, "account": "llm-eval", "qos": "alloc"},
      {"partition": "gpu"}, {"action": "accept", "set": {"qos": "free", "site_factor": 5}},
      [SPENT_NOTE]),
+    # A partition list that reaches a managed partition is routed, whatever else it names.
+    ("spent-job-into-a-list-with-an-unmanaged-partition-asking-alloc-refused", CFG, SPENT,
+     {"partition": "cpu,gpu", "qos": "alloc"}, {"action": "reject", "code": 2050},
+     ["refused QOS alloc", "llm-eval has used its GPU-time budget"]),
+    ("spent-job-asking-alloc-in-a-mixed-list-refused", CFG, {**SPENT, "partition": "gpu,cpu"},
+     {"qos": "alloc"}, {"action": "reject", "code": 2050}, ["refused QOS alloc"]),
+    ("alloc-job-into-a-mixed-list-under-a-spent-account-goes-free", CFG,
+     {**CURRENT, "qos": "alloc"}, {"partition": "gpu,cpu", "account": "llm-eval"},
+     {"action": "accept", "set": {"qos": "free", "site_factor": 5}}, [SPENT_NOTE]),
+    # A job submitted outside slurm-ml has no admission record, and an update cannot
+    # write one: into a managed partition it may come in QOS free only.
+    ("unmanaged-job-moved-into-gpu-in-alloc-refused", CFG,
+     {**CURRENT, "partition": "cpu", "qos": "alloc"}, {"partition": "cpu,gpu"},
+     {"action": "reject", "code": 2050},
+     ["refused moving job 42 into partition gpu in QOS alloc: it was submitted to cpu, "
+      "which slurm-ml does not manage", "Move it with QOS=free",
+      "submit it again with --partition=cpu,gpu"]),
+    ("unmanaged-job-moved-into-gpu-in-free-accepted", CFG,
+     {**CURRENT, "partition": "cpu", "qos": "normal"}, {"partition": "gpu", "qos": "free"},
+     {"action": "accept", "set": {"site_factor": 700}}, ["You chose QOS free"]),
 ]
 
 

@@ -180,7 +180,7 @@ def contradictory(job: Mapping[str, Any]) -> bool:
 USERS = ["alice", "bob", "carol", "dave", "eve"]
 NAMES = ["train", "small", "big", "tiny", "other", ""]
 GPU_TYPES = [None, "a100_80g", "a100_40g", "v100"]
-PARTITIONS = [None, "gpu", "debug", "gpu,debug", "cpu", "gpu,cpu"]
+PARTITIONS = [None, "gpu", "debug", "gpu,debug", "cpu", "gpu,cpu", "cpu,debug", "cpu,cloud"]
 FEATURES = [None, "a100_80g", "a100_40g", "v100", "nvlink", "pcie", "a100", "bigmem",
             "a100_80g&nvlink", "nvlink&a100_40g", "(a100_80g|a100_40g)", "[a100_80g|a100_40g]",
             "(a100_40g|v100)", "a100_80g&bigmem", "nvlink*2", "!v100", "v100&nvlink"]
@@ -245,9 +245,11 @@ def answer(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def managed_gpu_job(job: Mapping[str, Any]) -> bool:
+    """A GPU job that may start in a partition slurm-ml manages: one of its list is, or
+    it names none (the default partition)."""
     parts = [p for p in str(job.get("partition") or "").split(",") if p]
-    return (total_gpus(job) != 0 or bool(gpu_items(job.get("tres_per_socket")))) and all(
-        p in VIEW.partitions for p in parts)
+    return (total_gpus(job) != 0 or bool(gpu_items(job.get("tres_per_socket")))) and (
+        not parts or any(p in VIEW.partitions for p in parts))
 
 
 # --------------------------------------------------------------------------- properties
@@ -368,6 +370,26 @@ def test_cpu_only_and_unmanaged_jobs_pass_untouched(job: dict[str, Any]) -> None
     if managed_gpu_job(job):
         return
     assert answer(job) == {"v": 1, "action": "accept", "set": {}, "message": ""}
+
+
+@FAST
+@given(job_desc(), st.sampled_from(["cpu", "cloud,cpu"]))
+def test_an_unmanaged_partition_in_the_list_changes_no_decision(job: dict[str, Any],
+                                                                 extra: str) -> None:
+    """Slurm may start a job in any partition of its list, so adding one slurm-ml does not
+    manage is no way around admission: the job is rewritten, routed and recorded exactly
+    as with its managed partitions alone; a rejection only says where it was judged."""
+    managed = job.get("partition") or "gpu"
+    if not managed_gpu_job(job) or "cpu" in managed:
+        return
+    alone = answer({**job, "partition": managed})
+    listed = answer({**job, "partition": f"{extra},{managed}"})
+    assert listed["action"] == alone["action"]
+    if alone["action"] == "accept":
+        assert listed == alone
+    else:
+        assert listed["code"] == alone["code"]
+        assert f"for partition {managed} (Slurm may start it in any" in listed["message"]
 
 
 @FAST
