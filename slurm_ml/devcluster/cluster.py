@@ -83,6 +83,16 @@ class Secrets:
     pg_password: str
 
 
+#: Reasons slurmctld gives a node it sets DOWN itself when slurmd stops answering or comes
+#: back unannounced (slurmctld's node_mgr.c/ping_nodes.c); any other reason is a person's.
+SLURM_DOWN_REASONS = ("Not responding", "Node unexpectedly rebooted", "Node silently failed")
+
+
+def slurm_set_down(reason: str) -> bool:
+    """Whether a DOWN node's reason is one slurmctld wrote itself (or none at all)."""
+    return not reason or any(reason.startswith(r) for r in SLURM_DOWN_REASONS)
+
+
 class DevCluster:
     """Bring the dev cluster up or down, and report on it."""
 
@@ -466,9 +476,14 @@ class DevCluster:
             return not bad
 
         daemons.wait_for("slurmd nodes", all_up, 120, interval_s=1)
-        # Nodes drained by an earlier run's test come back.
+        # A node Slurm itself set DOWN while its slurmd was away comes back; a drain stays,
+        # whoever set it: an admin's is theirs to lift, and slurm-ml's own is lifted by the
+        # product's resume after clean checks, as on a real cluster.
         for n in client.list_nodes():
-            if n.state == "DOWN" or (n.drained and not n.reason.startswith("slurm-ml:")):
+            if n.drained:
+                self.say(f"      {n.name} stays drained ({n.reason or 'no reason'}): "
+                         f"`scontrol update nodename={n.name} state=resume` returns it")
+            elif n.state == "DOWN" and slurm_set_down(n.reason):
                 client.resume_node(n.name)
 
     # ------------------------------------------------------------ submitd
@@ -518,8 +533,8 @@ class DevCluster:
         The parameters are set by ``\\set`` on stdin, not ``-v`` on the command line: one
         of them is a password."""
         L = self.layout
-        argv = ["psql", "-h", str(L.run), "-p", str(L.ports.postgres), "-d", "postgres",
-                "-v", "ON_ERROR_STOP=1", "-tA", "-f", "-"]
+        argv = ["psql", "-h", str(L.pg_socket_dir), "-p", str(L.ports.postgres),
+                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-tA", "-f", "-"]
         sets = "".join(f"\\set {k} '{_psql_quote(v)}'\n" for k, v in params.items())
         return self._as_postgres(argv, input_text=sets + sql).stdout
 
@@ -535,11 +550,12 @@ class DevCluster:
             self._as_postgres([self._pg_bin("initdb"), "-D", str(data), "-A", "scram-sha-256",
                                "--auth-local=peer", "-E", "UTF8", "--locale=C.UTF-8"],
                               timeout_s=300)
-        L.run.chmod(0o1777)  # postgres writes its socket and pid here
+        self._pg_socket_dir(pg_uid)
         if not self._pg_running():
             self._as_postgres(
                 [self._pg_bin("pg_ctl"), "-D", str(data), "-l", str(L.pg / "postgresql.log"),
-                 "-o", f"-p {L.ports.postgres} -k {L.run} -c listen_addresses=127.0.0.1",
+                 "-o", f"-p {L.ports.postgres} -k {L.pg_socket_dir} "
+                       "-c listen_addresses=127.0.0.1",
                  "-w", "-t", "60", "start"],
                 timeout_s=90,
             )
@@ -549,6 +565,21 @@ class DevCluster:
         self._psql(verb + ' ROLE :"role" LOGIN PASSWORD :\'pw\' CREATEDB', **p)
         if not self._psql("SELECT 1 FROM pg_database WHERE datname = :'db'", **p).strip():
             self._psql('CREATE DATABASE :"db" OWNER :"role"', **p)
+
+    def _pg_socket_dir(self, pg_uid: int) -> None:
+        """Give PostgreSQL a socket directory of its own. The run directory holds submitd's
+        socket, which the shim trusts, so only root may write there; a server an earlier
+        version started with its socket in the run directory is restarted here."""
+        L = self.layout
+        L.run.chmod(0o755)
+        L.pg_socket_dir.mkdir(exist_ok=True)
+        os.chown(L.pg_socket_dir, pg_uid, -1)
+        L.pg_socket_dir.chmod(0o755)
+        socket_file = L.pg_socket_dir / f".s.PGSQL.{L.ports.postgres}"
+        if self._pg_running() and not socket_file.exists():
+            self.say("      restarting PostgreSQL: its socket moves to " + str(L.pg_socket_dir))
+            self._as_postgres([self._pg_bin("pg_ctl"), "-D", str(L.pg / "data"), "-m", "fast",
+                               "-w", "-t", "60", "stop"], timeout_s=90)
 
     def _pg_running(self) -> bool:
         res = proc.run(["runuser", "-u", "postgres", "--", self._pg_bin("pg_ctl"), "status",

@@ -97,6 +97,12 @@ class Layout:
         return self.run / "mysql.sock"
 
     @property
+    def pg_socket_dir(self) -> Path:
+        """PostgreSQL's socket and lock file: a directory of its own, owned by postgres, so
+        the run directory (submitd's socket) stays writable by root alone."""
+        return self.run / "pg"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env.sh"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,20 @@ def test_billing_follows_gpu_type_weights(slurm_conf: str) -> None:
     run = SlurmRunner(env={"SLURM_CONF": slurm_conf})
     conf = run(["scontrol", "show", "partition", "gpu"])
     assert "GRES/gpu:a100_40g=80" in conf and "GRES/gpu:v100=40" in conf
+
+
+def test_up_leaves_an_admins_drain_alone(slurm_conf: str) -> None:
+    """`devcluster up` on a running cluster keeps a drain an admin set, as slurm-ml itself
+    does everywhere: it says how to lift it instead of lifting it."""
+    slurm = CliSlurm(SlurmRunner(env={"SLURM_CONF": slurm_conf}))
+    slurm.drain_node("gpu06", "maintenance: rack 4")
+    try:
+        res = subprocess.run([sys.executable, "-m", "slurm_ml.cli", "devcluster", "up",
+                              "--no-install", "--state-dir", _state_dir()],
+                             capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+        gpu06 = next(n for n in slurm.list_nodes() if n.name == "gpu06")
+        assert gpu06.drained and gpu06.reason == "maintenance: rack 4", gpu06
+        assert "gpu06 stays drained (maintenance: rack 4)" in res.stdout + res.stderr
+    finally:
+        slurm.resume_node("gpu06")
