@@ -98,6 +98,31 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _install_dsn(option: str | None, config_dsn: str) -> str:
+    """What install writes as SLURM_ML_DSN: ``--dsn``, else ``$SLURM_ML_DSN``, else
+    nothing where ``store.dsn`` names a database (the config's then applies), else the
+    local socket with peer authentication: no password exists to leak, where a TCP DSN
+    hands one to whatever answers at its address. Says on stderr what is unsafe about
+    the DSN that will be used."""
+    from slurm_ml.store.dsn import dsn_warnings, local_dsn
+    from slurm_ml.store.errors import InvalidDsn
+
+    dsn = option if option is not None else env("SLURM_ML_DSN") or ""
+    if option is None and not dsn and not config_dsn:
+        dsn = local_dsn()
+        _say(f"slurm-ml.env: SLURM_ML_DSN={dsn}: PostgreSQL on this host over its socket, "
+             f"peer authentication (see docs/admin.md); pass --dsn or set $SLURM_ML_DSN "
+             f"for another")
+    used = dsn or config_dsn
+    try:
+        warnings = dsn_warnings(used) if used else []
+    except InvalidDsn as exc:
+        warnings = [str(exc)]
+    for text in warnings:
+        _say(f"slurm-ml: warning: {text}")
+    return dsn
+
+
 @click.command("install", epilog=_EXIT_CODES)
 @click.option("--config", "config_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
@@ -115,7 +140,9 @@ def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
                    "(default: this one).")
 @click.option("--dsn", default=None,
               help="PostgreSQL DSN written to slurm-ml.env (default $SLURM_ML_DSN; none: "
-                   "store.dsn of the config). Prefer $SLURM_ML_DSN: a command line, "
+                   "store.dsn of the config; without either, this host's PostgreSQL over "
+                   "its socket with peer authentication). Over TCP, add "
+                   "require_auth=scram-sha-256. Prefer $SLURM_ML_DSN: a command line, "
                    "password included, is visible to every user in ps.")
 @click.option("--health-check-interval", default=None, type=click.IntRange(min=0),
               help="HealthCheckInterval in seconds (default: policy.reclaim."
@@ -162,7 +189,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
         systemd_dir=None if no_systemd else systemd_dir.absolute(),
         hook_dir=hook_dir.absolute() if hook_dir else None,
         submitd_socket=submitd_socket,
-        dsn=dsn if dsn is not None else env("SLURM_ML_DSN") or "",
+        dsn=_install_dsn(dsn, cfg.store.dsn),
         health_check_interval_s=health_check_interval,
         service_user=user,
         service_group=group,

@@ -173,3 +173,43 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
                 if "slurm-ml" in line and ("ignoring" in line or "Unknown" in line
                                            or "Failed" in line or "not executable" in line)]
     assert res.returncode == 0 and not problems, res.stderr
+
+
+def _env_dsn(etc: Path) -> str | None:
+    return state_env(etc).get("SLURM_ML_DSN")
+
+
+def state_env(etc: Path) -> dict[str, str]:
+    from slurm_ml.deploy.bundle import parse_env_text
+
+    return parse_env_text((etc / "slurm-ml.env").read_text())
+
+
+def test_without_a_dsn_install_writes_the_local_socket_with_peer(tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    code, _, err = _install(tmp_path, etc, "--no-accounts")
+    assert code == 0, err
+    assert _env_dsn(etc) == "host=/var/run/postgresql dbname=slurmml user=slurmml"
+    assert "peer authentication" in err and "warning" not in err
+
+
+def test_a_config_dsn_is_left_to_the_config(tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    own = tmp_path / "slurm-ml.yaml"
+    own.write_text(CONFIG.read_text().replace(
+        'dsn: ""', 'dsn: "postgresql://u@db1/slurmml?require_auth=scram-sha-256"'))
+    code, _, err = _install(tmp_path, etc, "--no-accounts", "--config", str(own))
+    assert code == 0, err
+    assert _env_dsn(etc) is None and "warning" not in err
+
+
+def test_a_tcp_dsn_without_require_auth_is_warned_not_shown(tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    res = CliRunner().invoke(main, [
+        "install", "--config", str(CONFIG), "--slurm-conf-dir", str(etc), "--systemd-dir",
+        str(tmp_path / "systemd"), "--no-accounts", "--dry-run"],
+        env={"SLURM_ML_DSN": "postgresql://slurmml:s3cretpw@db1/slurmml"})
+    assert res.exit_code == 0, res.stderr
+    assert "slurm-ml: warning: the DSN reaches db1:5432/slurmml over TCP without " \
+           "require_auth=scram-sha-256" in res.stderr
+    assert "s3cretpw" not in res.stderr
