@@ -4,14 +4,12 @@ circuit breakers, per node class and per check (audited)."""
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import click
 
 from slurm_ml.cli.common import (
     EXIT_BAD_INPUT,
-    EXIT_FAILED,
     SLURM_HINT,
     emit,
     fail,
@@ -63,8 +61,9 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
     """slurm-ml's drains (with their clean-check streak), open breaker alarms, and nodes
     under repair at the contract (which job each drain waits for, until when).
 
-    Exit codes: 0 ok; 1 Slurm or the database could not be read (what could be read is
-    still printed); 2 bad config.
+    Exit codes: 0 ok; 1 Slurm or the database could not be read, or no database is
+    configured (what could be read is still printed, and a line on stdout, or null
+    in --json with `store_error`, says what is unknown); 2 bad config.
     """
     from slurm_ml.hooks import wiring
 
@@ -89,20 +88,25 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
         state = "drained" if r.drained else "not drained yet"
         lines.append(f"repair   {r.node:<8} {r.why} ({state}); repair at the contract:")
         lines.extend(f"           {j.text}" for j in r.jobs)
-    if not lines:
-        lines.append("no slurm-ml drains, no breaker alarms, no repairs waiting")
     unknown = "repairs" if view.drains_ok else "drains and repairs"
-    if not view.slurm_ok and not as_json:
-        lines = [ln for ln in lines if not ln.startswith("no slurm-ml drains")]
+    # what the database would have told: never "none" when it could not be read
+    unread = [*([] if view.store_ok else ["breaker alarms"]),
+              *(["clean-check streaks"] if view.store_error and view.drains else []),
+              *([] if view.repairs_ok or not view.slurm_ok else ["repairs"])]
+    what = " and ".join(unread) or "part of the view"
+    if not lines and view.slurm_ok and not view.store_error:
+        lines.append("no slurm-ml drains, no breaker alarms, no repairs waiting")
+    if not view.slurm_ok:
         lines.append(f"{unknown}: unknown (slurmctld could not be read)")
+    if view.store_error:
+        lines.append(f"{what}: unknown (the database could not be read: "
+                     f"{view.store_error})")
     emit(view.to_json(), as_json, "\n".join(lines))
     if not view.slurm_ok:
         fail(f"slurmctld could not be read: {unknown} unknown ({'; '.join(view.errors)})"
              f"{SLURM_HINT}")
-    if not view.store_ok:
-        click.echo("slurm-ml: error: the database could not be read: alarms and streaks "
-                   "are unknown (" + "; ".join(view.errors) + ")", err=True)
-        sys.exit(EXIT_FAILED)
+    if view.store_error:
+        fail(f"the database could not be read: {what} unknown ({view.store_error})")
 
 
 @quarantine.command("resume")

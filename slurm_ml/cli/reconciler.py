@@ -50,6 +50,11 @@ def _slurm(cfg: Any) -> Any:
                     batch_size=cfg.slurm.scontrol_batch_size)
 
 
+#: ``store_error`` of ``why`` and ``budget status`` when no DSN names a database: what
+#: the database holds is then as unknown as when it is down
+NO_DATABASE = "no database configured: pass --dsn, set $SLURM_ML_DSN or store.dsn"
+
+
 def _store(cfg: Any, dsn: str) -> Any:
     from slurm_ml.store.postgres import PostgresStore
 
@@ -192,9 +197,11 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     slurm-ml drain ended (with the database), then the scheduling order of associations
     with pending work.
 
-    Exit codes: 0 ok; 1 Slurm unavailable (or --plot without history, or the plot could
-    not be written); 2 bad config, or a --plot path that is not a .png in a writable
-    directory.
+    Exit codes: 0 ok; 1 Slurm unavailable, or the database could not be read or none
+    is configured (the table is still printed: a line on stdout says utilisation and
+    refunds are unknown, null in --json with `store_error`), or --plot without history,
+    or the plot could not be written; 2 bad config, or a --plot path that is not a .png
+    in a writable directory.
     """
     from datetime import UTC, datetime
 
@@ -217,6 +224,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     snapshots: list[Any] = []
     target = _dsn(cfg, dsn)
     window_start = now - int(cfg.policy.fairshare.window_hours * 3600)
+    store_error: str | None = None if target else NO_DATABASE
     if target:
         store = _store(cfg, target)
         try:
@@ -226,17 +234,19 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
             if plot_path:
                 snapshots = store.budget_snapshots(since=since)
         except StoreError as exc:
-            click.echo(f"slurm-ml: warning: database unavailable ({exc}); no utilisation "
-                       "or history", err=True)
+            store_error = str(exc)
         finally:
             store.close()
     refunds = views.run_refunds(cfg, obs.usage, obs.drains)
     fair = current_fair_share(cfg, obs, refunds)
-    data = report.budget_json(fair, util, views.excluded_pending(cfg, obs.jobs), refunds)
+    data = report.budget_json(fair, util, views.excluded_pending(cfg, obs.jobs), refunds,
+                              store_error=store_error)
     emit(data, as_json, report.budget_text(data))
     if plot_path:
         from slurm_ml.daemon.plot import plot_budget
 
+        if store_error is not None:
+            fail(f"nothing to plot: the database could not be read ({store_error})")
         if not snapshots:
             fail("nothing to plot: no budget snapshots in the window (is the daemon "
                  "running and the database reachable?)")
@@ -245,6 +255,9 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
         except (OSError, ValueError) as exc:
             fail(f"cannot write the plot {plot_path}: {exc}")
         click.echo(f"wrote {plot_path}", err=True)
+    if store_error is not None:
+        fail(f"the database could not be read: GPU utilisation and refunds unknown "
+             f"({store_error})")
 
 
 def _check_plot_path(path: Path) -> None:
@@ -283,9 +296,11 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     what a repair at the contract of its node waits for (until when), and every requeue,
     cancel or warning slurm-ml decided for it, with reasons.
 
-    Exit codes: 0 ok; 1 Slurm unavailable, or a job Slurm no longer lists while the
-    database (its history) could not be read; 2 bad config, a bad job id, or a job
-    unknown to Slurm and to slurm-ml. An array task (1234_5) is asked by its own job id.
+    Exit codes: 0 ok; 1 Slurm unavailable, or the database (the job's history) could
+    not be read or none is configured: what Slurm says is still printed, and a line on
+    stdout says the history is unknown (null in --json, with `store_error`), never that
+    nothing happened; 2 bad config, a bad job id, or a job unknown to Slurm and to
+    slurm-ml. An array task (1234_5) is asked by its own job id.
     """
     from datetime import UTC, datetime
 
@@ -310,8 +325,8 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     made_room: list[Any] = []
     zombie = None
     repairs: list[Any] = []
-    history_lost = False
     target = _dsn(cfg, dsn)
+    store_error: str | None = None if target else NO_DATABASE
     if target:
         store = _store(cfg, target)
         try:
@@ -327,17 +342,16 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
             repairs = repair_view.repairs_for_job(cfg, obs.nodes, obs.jobs, health,
                                                    job_id=job_id, now=now)
         except StoreError as exc:
-            history_lost = True
-            click.echo(f"slurm-ml: warning: database unavailable ({exc}); no history",
-                       err=True)
+            store_error = str(exc)
         finally:
             store.close()
     parts_dict = None if parts is None else {**dataclasses.asdict(parts),
                                              "factor_sum": parts.factor_sum}
     data = report.why_json(job_id, job, parts_dict, fair, decisions, zombie=zombie,
                            repairs=repairs, lane=fast_lane(cfg, obs.jobs),
-                           made_room=made_room)
+                           made_room=made_room, store_error=store_error)
     emit(data, as_json, report.why_text(data))
-    if job is None and not decisions:
-        # unknown to Slurm; unknown to slurm-ml too, unless its history could not be read
-        sys.exit(EXIT_FAILED if history_lost else EXIT_BAD_INPUT)
+    if store_error is not None:
+        fail(f"the database could not be read: the job's history is unknown ({store_error})")
+    if job is None and not decisions:  # unknown to Slurm and to slurm-ml
+        sys.exit(EXIT_BAD_INPUT)

@@ -120,9 +120,25 @@ def ranking(fair: FairShare) -> list[dict[str, Any]]:
 
 def budget_json(fair: FairShare, util: Mapping[str, float],
                 excluded: Sequence[ExcludedPending] = (),
-                refunds: Sequence[Refund] = ()) -> dict[str, Any]:
+                refunds: Sequence[Refund] = (),
+                store_error: str | None = None) -> dict[str, Any]:
     """``excluded``: pending jobs that are not demand (``views.excluded_pending``);
-    ``refunds``: runs a slurm-ml drain ended, left uncharged (``views.run_refunds``)."""
+    ``refunds``: runs a slurm-ml drain ended, left uncharged (``views.run_refunds``).
+    ``store_error``: why the database was not read; what it holds (GPU utilisation,
+    refunds) is then null, not zero or empty."""
+    out = _budget_json(fair, util, excluded, refunds)
+    out["store_error"] = store_error
+    if store_error is not None:
+        out["refunds"] = None
+        for row in out["nodes"]:
+            row["mean_gpu_util_pct"] = None
+            row["refunded_gpu_hours"] = row["refunded_billing_gpu_hours"] = None
+    return out
+
+
+def _budget_json(fair: FairShare, util: Mapping[str, float],
+                 excluded: Sequence[ExcludedPending],
+                 refunds: Sequence[Refund]) -> dict[str, Any]:
     return {"window_start": fair.window_start, "window_end": fair.window_end,
             "capacity_billing_gpus": fair.capacity,
             "entitlement_first": sorted(fair.entitlement_first),
@@ -202,6 +218,10 @@ def budget_text(data: Mapping[str, Any]) -> str:
     for f in data.get("refunds") or []:
         lines.append(f"note: refund to {f['account']}: {f['why']} (a fault of the "
                      f"hardware, not the team's).")
+    if data.get("store_error"):
+        lines.append(f"Database not read ({data['store_error']}): GPU utilisation and "
+                     f"refunds are unknown, so delivered may include runs that a slurm-ml "
+                     f"drain ended, which are refunded once the database can be read.")
     return "\n".join(lines)
 
 
@@ -273,9 +293,12 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
              fair: FairShare | None, decisions: Sequence[ReconcilerDecision], *,
              zombie: ZombieStatus | None = None,
              repairs: Sequence[NodeRepair] = (), lane: Lane | None = None,
-             made_room: Sequence[ReconcilerDecision] = ()) -> dict[str, Any]:
+             made_room: Sequence[ReconcilerDecision] = (),
+             store_error: str | None = None) -> dict[str, Any]:
     """What ``slurm-ml why`` shows; ``made_room``: the requeues of other jobs made so
-    that this one could start (``Store.requeues_for``)."""
+    that this one could start (``Store.requeues_for``). ``store_error``: why the
+    database was not read; what it holds (history, made_room, repair) is then null,
+    not empty: "nothing happened" and "unknown" must not read the same."""
     out: dict[str, Any] = {"job_id": job_id, "found": job is not None}
     out["lane"] = lane_json(job, lane)
     if job is not None:
@@ -309,6 +332,9 @@ def why_json(job_id: int, job: Job | None, parts: Mapping[str, Any] | None,
     out["repair"] = [{"node": r.node, "cause": r.cause, "why": r.why, "drained": r.drained,
                       "waits": [{"kind": w.kind, "until": w.until, "text": w.text}
                                 for w in r.jobs]} for r in repairs]
+    out["store_error"] = store_error
+    if store_error is not None:
+        out["history"] = out["made_room"] = out["repair"] = None
     return out
 
 
@@ -380,7 +406,12 @@ def why_text(data: Mapping[str, Any]) -> str:
         lines.append(f"Room made for it: {m['at']} {m['kind']} of job {m['victim']}{tag}: "
                      f"{m['reason']}")
     hist = data.get("history") or []
-    if not hist:
+    if data.get("store_error"):
+        lines.append(f"History unknown: the database could not be read "
+                     f"({data['store_error']}), so requeues, cancels and warnings slurm-ml "
+                     f"decided, room made for this job, repairs at the contract and the "
+                     f"zombie check are not shown.")
+    elif not hist:
         lines.append("No requeue, cancel or warning by slurm-ml.")
     for h in hist:
         tag = " (dry run: not done)" if h["dry_run"] else ""

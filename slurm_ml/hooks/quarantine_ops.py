@@ -91,25 +91,33 @@ class QuarantineView:
     #: audit log, are shown either way
     slurm_ok: bool = True
     drains_ok: bool = True
+    #: what the database reads failed with, "; "-joined (None: every read worked); the
+    #: alarms are unknown unless ``store_ok``, the repairs unless ``repairs_ok`` too
+    store_error: str | None = None
+    repairs_ok: bool = True
 
     def to_json(self) -> dict[str, Any]:
+        """The view; a part that could not be read is null, not an empty list, so that
+        "none" and "unknown" stay apart (``store_error`` and ``errors`` say why)."""
         def when(at: datetime | None) -> str | None:
             return None if at is None else at.isoformat()
 
         return {
             "drains": [{"node": d.node, "node_class": d.node_class, "reason": d.reason,
                         "drained_at": when(d.drained_at), "streak": d.streak,
-                        "needed": d.needed} for d in self.drains],
+                        "needed": d.needed} for d in self.drains] if self.drains_ok else None,
             "alarms": [{"scope": a.scope.kind, "node_class": a.node_class,
                         "check": a.check, "at": when(a.at), "drained": list(a.drained),
                         "refused": a.refused, "reset": a.scope.reset_command}
-                       for a in self.alarms],
+                       for a in self.alarms] if self.store_ok else None,
             "repairs": [{"node": r.node, "cause": r.cause, "why": r.why,
                          "drained": r.drained, "until": _iso(r.until),
                          "jobs": [{"job_id": j.job_id, "kind": j.kind, "until": _iso(j.until),
-                                   "text": j.text} for j in r.jobs]} for r in self.repairs],
+                                   "text": j.text} for j in r.jobs]} for r in self.repairs]
+            if self.slurm_ok and self.repairs_ok else None,
             "store_ok": self.store_ok, "slurm_ok": self.slurm_ok,
-            "drains_ok": self.drains_ok, "errors": list(self.errors)}
+            "drains_ok": self.drains_ok, "repairs_ok": self.repairs_ok,
+            "store_error": self.store_error, "errors": list(self.errors)}
 
 
 def _iso(epoch: int | None) -> str | None:
@@ -147,12 +155,16 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
     rec = Recorder(store)
     entries = rec.read("audit log", lambda s: s.audit_entries())
     alarms = tuple(open_alarms(entries or []))
+
+    def store_error() -> str | None:
+        return "; ".join(rec.errors) or None
+
     try:
         every = slurm.list_nodes()
     except SlurmError as exc:  # the alarms still matter: show them, and say what failed
         return QuarantineView((), alarms, entries is not None,
                               (*rec.errors, f"slurmctld: {exc}"), (), slurm_ok=False,
-                              drains_ok=False)
+                              drains_ok=False, store_error=store_error())
     nodes = owned_drained(every)
     need = cfg.policy.quarantine.resume_after_passes
     drains = []
@@ -166,16 +178,21 @@ def list_quarantine(*, cfg: Config, slurm: SlurmClient, store: Store,
         repairs = _repairs(cfg, slurm, rec, every, now or datetime.now(UTC))
     except SlurmError as exc:  # the nodes were read, the jobs not: the drains stand
         return QuarantineView(tuple(drains), alarms, entries is not None,
-                              (*rec.errors, f"slurmctld jobs: {exc}"), (), slurm_ok=False)
+                              (*rec.errors, f"slurmctld jobs: {exc}"), (), slurm_ok=False,
+                              store_error=store_error())
     return QuarantineView(tuple(drains), alarms, entries is not None, tuple(rec.errors),
-                          repairs)
+                          repairs or (), store_error=store_error(),
+                          repairs_ok=repairs is not None)
 
 
 def _repairs(cfg: Config, slurm: SlurmClient, rec: Recorder, nodes: list[Node],
-             now: datetime) -> tuple[NodeRepair, ...]:
-    """The daemon's repairs at the contract as a view (no cap, no breakers consulted)."""
+             now: datetime) -> tuple[NodeRepair, ...] | None:
+    """The daemon's repairs at the contract as a view (no cap, no breakers consulted);
+    None when the health events they follow from could not be read."""
     events = rec.read("health events", lambda s: s.health_events_since(
-        now - timedelta(seconds=LOOKBACK_S), limit=100_000)) or []
+        now - timedelta(seconds=LOOKBACK_S), limit=100_000))
+    if events is None:
+        return None
     found = current_findings(NodeEvent(e.node, e.check_id, e.severity, e.message,
                                        int(e.observed_at.timestamp())) for e in events)
     return plan_repairs(int(now.timestamp()), nodes, slurm.list_jobs(), found, cfg).nodes

@@ -3,7 +3,8 @@
 Same idempotency (one row per key per record type), same reader ordering and
 filters, and knobs to simulate the failures the real one has: an outage
 (``set_available``), a write that commits but whose acknowledgement is lost
-(``lose_next_ack``) and arbitrary injected errors (``fail_next_writes``).
+(``lose_next_ack``) and arbitrary injected errors (``fail_next_writes``,
+``fail_next_reads``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class FakeStore(OneWritePath):
         self._closed = False
         self._lost_acks = 0
         self._failures: deque[StoreError] = deque()
+        self._read_failures: deque[StoreError] = deque()
         self.write_attempts = 0
 
     # --- test knobs ---
@@ -70,6 +72,12 @@ class FakeStore(OneWritePath):
         """The next ``n`` writes raise ``error`` without landing."""
         with self._lock:
             self._failures.extend([error] * n)
+
+    def fail_next_reads(self, error: StoreError, n: int = 1) -> None:
+        """The next ``n`` reads raise ``error`` (a schema that is missing or outdated, a
+        query the server refused) while writes still land."""
+        with self._lock:
+            self._read_failures.extend([error] * n)
 
     def rows(self, record_type: type[R]) -> list[R]:
         """Everything of that type that landed, in insertion order (works while 'down')."""
@@ -99,6 +107,11 @@ class FakeStore(OneWritePath):
                 )
             return outcome
 
+    def _check_readable(self) -> None:
+        self._check_usable()
+        if self._read_failures:
+            raise self._read_failures.popleft()
+
     def _check_usable(self) -> None:
         if self._closed:
             raise StoreError("store is closed")
@@ -118,7 +131,7 @@ class FakeStore(OneWritePath):
         newest_first: bool,
     ) -> list[R]:
         with self._lock:
-            self._check_usable()
+            self._check_readable()
             indexed = [
                 (i, r)
                 for i, r in enumerate(self._rows[record_type.KIND])
@@ -206,7 +219,7 @@ class FakeStore(OneWritePath):
     def gpu_mem_profiles(self, runs: int = 20) -> list[GpuMemProfile]:
         check_runs(runs)
         with self._lock:
-            self._check_usable()
+            self._check_readable()
             rows = list(enumerate(self._rows[JobGpuStats.KIND]))
         # per job, like GROUP BY user_name, job_name, job_id: peak, last end, last insert
         jobs: dict[tuple[str, str, int], tuple[int, datetime, int]] = {}

@@ -87,7 +87,7 @@ def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
     alarms = json.loads(slurm_ml_cli(cluster, config, "quarantine", "list", "--json").stdout
                         or '{"alarms": []}')
     for args in {("--check", a["check"]) if a.get("check") else (a["node_class"],)
-                 for a in alarms["alarms"]}:
+                 for a in alarms["alarms"] or []}:  # null: unreadable
         slurm_ml_cli(cluster, config, "quarantine", "reset", *args)
     fresh_breaker_windows(cluster, config)
     ours = {PROLOG_ERROR, *reasons}
