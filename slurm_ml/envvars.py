@@ -53,6 +53,11 @@ VARS: tuple[EnvVar, ...] = (
            "Unix socket `submitd` listens on and `submitd-ctl` asks (`--socket` wins); "
            "install writes it into slurm-ml.env",
            "`/run/slurm-ml/submitd.sock`"),
+    EnvVar("SLURM_ML_SUBMITD_KEY_FILE",
+           "the reply key `submitd` puts in every answer and the job_submit shim checks "
+           "(`--key-file` wins; made there if absent, mode 0640); install sets it in the "
+           "submitd unit and the shim",
+           "none: replies carry no key (a shim that has a key path drops them)"),
     EnvVar("SLURM_ML_SPOOL_DIR",
            "where the hooks spool their writes while PostgreSQL is unreachable",
            "`store.spool_dir`"),

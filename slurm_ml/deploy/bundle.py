@@ -26,6 +26,10 @@ from slurm_ml.deploy.slurmconf import settings
 from slurm_ml.slurm import render
 
 DEFAULT_SOCKET = "/run/slurm-ml/submitd.sock"
+#: submitd's reply key, which the shim checks (slurm_ml/submitd/auth.py): systemd's
+#: StateDirectory of the submitd unit, apart from the socket's RuntimeDirectory.
+DEFAULT_KEY = "/var/lib/slurm-ml/submitd.key"
+STATE_DIR = "/var/lib/slurm-ml"
 INCLUDE_NAME = "slurm-ml.conf"
 ENV_NAME = "slurm-ml.env"
 HOOKS = {"prolog": "slurm-ml-prolog", "epilog": "slurm-ml-epilog",
@@ -45,6 +49,7 @@ class InstallParams:
     systemd_dir: Path | None = Path("/etc/systemd/system")  # None: --no-systemd
     hook_dir: Path | None = None  # default: conf_dir
     submitd_socket: str = DEFAULT_SOCKET
+    submitd_key: str = DEFAULT_KEY  # "": replies carry no key, the shim checks none
     dsn: str = ""
     # None: policy.reclaim.sample_interval_s (the zombie rule judges samples by it);
     # 0: HealthCheckProgram set, never run (tests run it themselves)
@@ -212,9 +217,23 @@ def unit_values(cfg: Config, p: InstallParams) -> dict[str, str]:
         "submitd_socket": p.submitd_socket,
         "submitd_rw_line": _socket_lines(
             p.submitd_socket, "# Nothing else is writable: the socket is in RuntimeDirectory."),
+        "submitd_key_args": f" --key-file {p.submitd_key}" if p.submitd_key else "",
+        "submitd_key_lines": _key_lines(p.submitd_key),
         "spool_dir": str(cfg.store.spool_dir),
         "wake_rw_lines": _wake_rw_lines(cfg.daemon.wake_socket),
     }
+
+
+def _key_lines(key: str) -> str:
+    """The submitd unit's lines for its reply key: /var/lib/slurm-ml as StateDirectory
+    (submitd makes the key there on its first start), or the key's own directory made
+    writable."""
+    if not key:
+        return "# No reply key: the shim applies any answer on the socket."
+    if str(Path(key).parent) == STATE_DIR:
+        return ("# The reply key the shim checks; submitd makes it on its first start.\n"
+                "StateDirectory=slurm-ml\nStateDirectoryMode=0750")
+    return f"ReadWritePaths={Path(key).parent}"
 
 
 def _wake_rw_lines(wake_socket: str) -> str:
@@ -235,7 +254,8 @@ def render_files(cfg: Config, p: InstallParams, src: Sources,
     env = str(p.env_path)
     files = [
         WantedFile(p.conf_dir / "job_submit.lua",
-                   render.render_shim(src.shim, cfg, p.submitd_socket), 0o644),
+                   render.render_shim(src.shim, cfg, p.submitd_socket, p.submitd_key),
+                   0o644),
         WantedFile(p.env_path, env_text(p), 0o600),
         *(WantedFile(p.hooks / HOOKS[hook],
                      _setting_line("INSTALLED_ENV_FILE", src.hook, env), 0o755)

@@ -395,6 +395,7 @@ class DevCluster:
             python=sys.executable,
             systemd_dir=None,  # no systemd here; the dev cluster starts submitd itself
             submitd_socket=str(L.submitd_socket),
+            submitd_key=str(L.submitd_key),
             dsn=self.dsn(),
             # HealthCheckProgram set but never run by slurmd: tests and the demo decide
             # when periodic checks run.
@@ -502,7 +503,7 @@ class DevCluster:
             os.kill(pid, signal.SIGHUP)
             return
         argv = [sys.executable, "-m", "slurm_ml.cli", "-v", "submitd",
-                "--socket", str(L.submitd_socket)]
+                "--socket", str(L.submitd_socket), "--key-file", str(L.submitd_key)]
         if self.config_path is not None:
             argv += ["--config", str(self.config_path)]
         # The DSN (with its password) comes from the env file install wrote, as a systemd

@@ -140,7 +140,8 @@ def install_args(config_path: Path, lay: Layout, *, accounts: bool,
     account tree only once slurmdbd answers (the ctld role); ``env``: extra lines for
     the hooks' slurm-ml.env. The DSN comes in ``$SLURM_ML_DSN`` (install's default)."""
     args = ["install", "--config", str(config_path), "--slurm-conf-dir", str(lay.etc),
-            "--no-systemd", "--submitd-socket", str(lay.submitd_socket)]
+            "--no-systemd", "--submitd-socket", str(lay.submitd_socket),
+            "--submitd-key", str(lay.submitd_key)]
     for key, value in (env or {}).items():
         args += ["--env", f"{key}={value}"]
     return args if accounts else [*args, "--no-accounts"]
@@ -149,7 +150,8 @@ def install_args(config_path: Path, lay: Layout, *, accounts: bool,
 def submitd_args(config_path: Path, lay: Layout) -> list[str]:
     """submitd in the foreground; the DSN comes in ``$SLURM_ML_DSN``, not on the
     command line (``ps`` would show it)."""
-    return ["-v", "submitd", "--config", str(config_path), "--socket", str(lay.submitd_socket)]
+    return ["-v", "submitd", "--config", str(config_path), "--socket", str(lay.submitd_socket),
+            "--key-file", str(lay.submitd_key)]
 
 
 def daemon_args(config_path: Path) -> list[str]:

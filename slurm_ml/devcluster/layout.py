@@ -114,5 +114,12 @@ class Layout:
     def submitd_socket(self) -> Path:
         return self.run / "submitd.sock"
 
+    @property
+    def submitd_key(self) -> Path:
+        """submitd's reply key, which the shim checks: beside slurm.conf (root's, and on a
+        volume slurmctld's and submitd's containers share in the compose cluster), apart
+        from the socket's directory."""
+        return self.etc / "slurm-ml-submitd.key"
+
     def pidfile(self, name: str) -> Path:
         return self.run / f"{name}.pid"

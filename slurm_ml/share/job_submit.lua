@@ -7,7 +7,9 @@ in Python (slurm_ml/policy/admission.py); this file only carries fields both way
 
 It fails open: if submitd is down, slow (over TIMEOUT_MS in total), answers garbage,
 or this script itself errors, the job is accepted unchanged and slurmctld.log says
-why. After BREAKER_FAILURES failures in a row it stops asking for BREAKER_COOLDOWN_S
+why. With AUTH_KEY_PATH set, an answer counts only if it carries the key in that file
+(readable by SlurmUser and submitd alone): whatever else answers on the socket path is
+never applied, and the job is accepted unchanged. After BREAKER_FAILURES failures in a row it stops asking for BREAKER_COOLDOWN_S
 seconds, so a dead submitd costs nothing.
 
 Needs Debian packages lua-socket and lua-cjson. Install as job_submit.lua next to
@@ -17,6 +19,7 @@ when it installs the file.
 
 -- settings (slurm-ml rewrites these lines on install) -------------------------------
 local SOCKET_PATH = "/run/slurm-ml/submitd.sock"
+local AUTH_KEY_PATH = ""
 local TIMEOUT_MS = 200
 local BREAKER_FAILURES = 3
 local BREAKER_COOLDOWN_S = 30
@@ -98,10 +101,26 @@ end
 -- under one lock, one call at a time); it is dropped after any error, so a late reply
 -- can never be read as the answer to the next job.
 local conn = nil
+local conn_key = nil  -- the reply key read when conn was opened
 
 local function drop()
   if conn then conn:close() end
   conn = nil
+end
+
+-- submitd's reply key, read at each new connection (submitd makes it on its first
+-- start, which may come after slurmctld's); nil when no key is set up.
+local function reply_key()
+  if AUTH_KEY_PATH == "" then return nil end
+  local fh, err = io.open(AUTH_KEY_PATH, "r")
+  if not fh then error("cannot read the reply key: " .. tostring(err), 0) end
+  local text = fh:read("*a") or ""
+  fh:close()
+  local key = text:match("^%s*(%x+)%s*$")
+  if not key or #key ~= 64 then
+    error("the reply key " .. AUTH_KEY_PATH .. " is not 64 hex digits", 0)
+  end
+  return key
 end
 
 -- One request/reply exchange within the total deadline; returns reply or nil, why.
@@ -117,6 +136,7 @@ local function ask(request)
     local reused = conn ~= nil
     local ok, result = pcall(function()
       if not conn then
+        conn_key = reply_key()
         conn = unix()
         left()
         local _, err = conn:connect(SOCKET_PATH)
@@ -135,6 +155,11 @@ local function ask(request)
       if type(result) ~= "table" then
         drop()
         return nil, "reply is not a JSON object"
+      end
+      if conn_key ~= nil and result.auth ~= conn_key then
+        drop()
+        return nil, "the answer on " .. SOCKET_PATH .. " does not carry submitd's reply " ..
+                    "key (" .. AUTH_KEY_PATH .. "): not applied"
       end
       return result
     end

@@ -81,14 +81,21 @@ def shim_source() -> Path:
         raise TemplateError(str(exc)) from exc
 
 
-_SHIM_SETTINGS = ("SOCKET_PATH", "TIMEOUT_MS", "BREAKER_FAILURES", "BREAKER_COOLDOWN_S")
+_SHIM_SETTINGS = ("SOCKET_PATH", "AUTH_KEY_PATH", "TIMEOUT_MS", "BREAKER_FAILURES",
+                  "BREAKER_COOLDOWN_S")
 
 
-def render_shim(text: str, cfg: Config, submitd_socket: str) -> str:
-    """The shim with its settings block filled from slurm-ml.yaml and submitd's socket."""
+def _lua_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_shim(text: str, cfg: Config, submitd_socket: str, key_file: str = "") -> str:
+    """The shim with its settings block filled from slurm-ml.yaml, submitd's socket and
+    the reply key it checks (empty: none)."""
     adm = cfg.policy.admission
     values = {
-        "SOCKET_PATH": '"' + submitd_socket.replace("\\", "\\\\").replace('"', '\\"') + '"',
+        "SOCKET_PATH": _lua_string(submitd_socket),
+        "AUTH_KEY_PATH": _lua_string(key_file),
         "TIMEOUT_MS": str(adm.socket_timeout_ms),
         "BREAKER_FAILURES": str(adm.breaker_failures),
         "BREAKER_COOLDOWN_S": f"{adm.breaker_cooldown_s:g}",

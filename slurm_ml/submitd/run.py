@@ -11,6 +11,7 @@ from slurm_ml.slurm.runner import SlurmRunner
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.protocol import Store
+from slurm_ml.submitd.auth import load_or_create_key
 from slurm_ml.submitd.server import PolicyServer, serve
 from slurm_ml.submitd.state import StateRefresher
 
@@ -32,9 +33,12 @@ def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
         return None
 
 
-def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path,
-                group: str | None = None, dsn: str | None = None) -> None:
-    """Serve until SIGTERM/SIGINT."""
+def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path, *,
+                group: str | None = None, dsn: str | None = None,
+                key_file: Path | None = None) -> None:
+    """Serve until SIGTERM/SIGINT. ``key_file``: the reply key the shim checks, made
+    there if absent (:mod:`slurm_ml.submitd.auth`); None: replies carry no key."""
+    auth_key = load_or_create_key(key_file) if key_file is not None else None
     store = open_store(cfg, dsn)
     # slurmdbd's default accounts, read in the background like the store's state.
     slurm = CliSlurm(SlurmRunner(timeout_s=cfg.slurm.command_timeout_s))
@@ -42,7 +46,7 @@ def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path,
     refresher.start()
     server = PolicyServer(cfg, refresher, config_path=config_path)
     try:
-        serve(server, socket_path, group)
+        serve(server, socket_path, group, auth_key)
     finally:
         refresher.stop()
         if store is not None:

@@ -88,6 +88,7 @@ def test_scontrol_shows_the_settings_of_the_include(cluster: DevCluster) -> None
     again = cli("install", "--config", str(CONFIG), "--slurm-conf-dir", str(etc),
                 "--no-systemd", "--no-accounts", "--dry-run", "--health-check-interval", "0",
                 "--submitd-socket", str(cluster.layout.submitd_socket),
+                "--submitd-key", str(cluster.layout.submitd_key),
                 *[a for k, v in cluster.install_params().extra_env for a in
                   ("--env", f"{k}={v}")],
                 env={"SLURM_ML_DSN": cluster.dsn()})
