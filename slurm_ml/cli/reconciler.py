@@ -123,6 +123,9 @@ def daemon_cmd(config_path: str | None, dsn: str | None, once: bool, dry_run: bo
         logging.getLogger("slurm_ml").setLevel(logging.INFO)
     target = _dsn(cfg, dsn)
     store = _store(cfg, target)
+    from slurm_ml.store.dsn import log_unsafe
+
+    log_unsafe(target, logging.getLogger("slurm_ml.daemon"), "daemon")
     try:
         migrate(target, connect_timeout_s=cfg.store.connect_timeout_s)
     except StoreError as exc:

@@ -22,6 +22,7 @@ and cannot protect a DSN without it, which :func:`dsn_warnings` says.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from urllib.parse import quote
@@ -40,6 +41,7 @@ __all__ = [
     "is_tcp",
     "libpq_version",
     "local_dsn",
+    "log_unsafe",
     "tcp_dsn",
 ]
 
@@ -152,3 +154,17 @@ def dsn_warnings(dsn: str, *, environ: Mapping[str, str] | None = None,
             f"channel_binding=require, which ties the SCRAM login to this TLS connection so "
             f"that a server in the middle cannot relay it. Add channel_binding=require")
     return out
+
+
+def log_unsafe(dsn: str, log: logging.Logger, service: str) -> None:
+    """Log what :func:`dsn_warnings` finds, once, as a long-running ``service`` starts:
+    ``config check`` says it before deployment, and this says it where the service's
+    operator looks. A DSN that does not parse is left to the connection to report."""
+    from slurm_ml.store.errors import InvalidDsn
+
+    try:
+        warnings = dsn_warnings(dsn)
+    except InvalidDsn:
+        return
+    for text in warnings:
+        log.warning("event=unsafe_dsn service=%s %s", service, text)

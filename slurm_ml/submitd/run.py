@@ -8,6 +8,7 @@ from pathlib import Path
 from slurm_ml.config import Config
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.runner import SlurmRunner
+from slurm_ml.store.dsn import log_unsafe
 from slurm_ml.store.errors import StoreError
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.protocol import Store
@@ -26,6 +27,7 @@ def open_store(cfg: Config, dsn: str | None = None) -> Store | None:
         log.warning("no database configured (store.dsn / $SLURM_ML_DSN): admission runs "
                     "without budget standing or GPU memory profiles")
         return None
+    log_unsafe(target, log, "submitd")
     try:
         return PostgresStore(target, connect_timeout_s=cfg.store.connect_timeout_s)
     except (StoreError, ValueError) as exc:

@@ -108,3 +108,19 @@ def test_an_old_libpq_is_named_not_silent() -> None:
 def test_the_libpq_here_knows_require_auth() -> None:
     # what the dev cluster's and compose's DSNs need; psycopg[binary] bundles its libpq
     assert dsns.libpq_version() >= dsns.LIBPQ_REQUIRE_AUTH
+
+
+def test_services_log_an_unsafe_dsn_once_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from slurm_ml.store.dsn import log_unsafe, tcp_dsn
+
+    log = logging.getLogger("slurm_ml.test")
+    with caplog.at_level(logging.WARNING, logger="slurm_ml.test"):
+        log_unsafe("postgresql://u:pw-not-logged@db.example:5432/x", log, "daemon")
+        log_unsafe(tcp_dsn("db.example", 5432, "x", "u", "pw-not-logged"), log, "daemon")
+        log_unsafe("postgresql://[bad", log, "submitd")  # unparsable: the connection says so
+    assert len(caplog.records) == 1
+    text = caplog.records[0].getMessage()
+    assert "event=unsafe_dsn service=daemon" in text and "require_auth" in text
+    assert "pw-not-logged" not in text
