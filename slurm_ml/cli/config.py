@@ -32,11 +32,32 @@ def _dsn_warnings(config_dsn: str) -> list[str]:
         return [f"{source}: {exc}"]
 
 
+def _socket_errors(socket: str | None) -> list[str]:
+    """What would let someone other than submitd answer the job_submit shim: a socket
+    directory others may write (submitd refuses to start there too)."""
+    from pathlib import Path
+
+    from slurm_ml.envvars import env
+    from slurm_ml.submitd.auth import socket_dir_problem
+    from slurm_ml.submitd.run import DEFAULT_SOCKET
+
+    path = Path(socket or env("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
+    problem = socket_dir_problem(path)
+    return [] if problem is None else [problem]
+
+
 @config.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-def config_check(file: str, as_json: bool) -> None:
+@click.option("--submitd-socket", default=None,
+              help="submitd's socket to check the directory of (default "
+                   "$SLURM_ML_SUBMITD_SOCKET, then /run/slurm-ml/submitd.sock).")
+def config_check(file: str, as_json: bool, submitd_socket: str | None) -> None:
     """Validate FILE. Exit 0 when valid; exit 2 with every error, `path: message` per line.
+
+    Refuses (exit 2) a submitd socket whose directory a user other than root or
+    submitd's may write: whoever binds the socket there while submitd is stopped would
+    answer the job_submit shim. A directory that does not exist yet is not judged.
 
     Also warns (on stderr; `dsn_warnings` with --json; the exit code stays 0) about the
     DSN slurm-ml would use ($SLURM_ML_DSN, else store.dsn) where it would give the
@@ -55,6 +76,15 @@ def config_check(file: str, as_json: bool) -> None:
             for issue in exc.issues:
                 click.echo(str(issue), err=True)
             click.echo(f"{file}: {len(exc.issues)} error(s)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    socket_errors = _socket_errors(submitd_socket)
+    if socket_errors:
+        if as_json:
+            click.echo(json.dumps({"valid": False, "file": file, "errors": [
+                {"path": "submitd socket", "message": m} for m in socket_errors]}, indent=2))
+        else:
+            for text in socket_errors:
+                click.echo(f"submitd socket: {text}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     summary = {
         "valid": True, "file": file, "gpu_types": len(cfg.gpu_types),

@@ -132,6 +132,10 @@ def _install_dsn(option: str | None, config_dsn: str) -> str:
               help="Skip the QOS/account tree step (sacctmgr).")
 @click.option("--submitd-socket", default="/run/slurm-ml/submitd.sock", show_default=True,
               help="Unix socket job_submit.lua uses to reach submitd.")
+@click.option("--submitd-key", default="/var/lib/slurm-ml/submitd.key", show_default=True,
+              help="submitd's reply key, which the shim checks so that nothing else "
+                   "answering on the socket is applied; submitd makes it on its first "
+                   "start. '' turns the check off.")
 @click.option("--hook-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the Prolog/Epilog/HealthCheckProgram wrappers go "
                    "(default: --slurm-conf-dir).")
@@ -155,7 +159,8 @@ def _install_dsn(option: str | None, config_dsn: str) -> str:
               help="Extra line for slurm-ml.env (repeatable).")
 def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
                 no_systemd: bool, dry_run: bool, show_diff: bool, force: bool, as_json: bool,
-                no_accounts: bool, submitd_socket: str, hook_dir: Path | None,
+                no_accounts: bool, submitd_socket: str, submitd_key: str,
+                hook_dir: Path | None,
                 python: str | None, dsn: str | None, health_check_interval: int | None,
                 service_user: str | None, extra_env: tuple[str, ...]) -> None:
     """Install slurm-ml into the Slurm configuration in --slurm-conf-dir.
@@ -189,6 +194,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
         systemd_dir=None if no_systemd else systemd_dir.absolute(),
         hook_dir=hook_dir.absolute() if hook_dir else None,
         submitd_socket=submitd_socket,
+        submitd_key=submitd_key,
         dsn=_install_dsn(dsn, cfg.store.dsn),
         health_check_interval_s=health_check_interval,
         service_user=user,
