@@ -17,6 +17,9 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from slurm_ml.gres import gpu_type_problem
 
 __all__ = [
+    "INT_MAX",
+    "MAX_INDEX_DIGITS",
+    "MAX_NODESET_NODES",
     "NAME_CHARS",
     "NAME_RE",
     "SLURM_WEIGHT_MAX",
@@ -33,6 +36,8 @@ __all__ = [
     "gt",
     "margin_percent",
     "nodeset",
+    "nodeset_bound",
+    "nodeset_problem",
     "percent",
     "share",
     "slurm_weight",
@@ -163,7 +168,92 @@ def check_capability(value: str) -> str | None:
 
 
 def nodeset(expr: str) -> NodeSet:
-    # No group resolver: "@group" must not make parsing read groups.conf.
+    # No group resolver: "@group" must not make parsing read groups.conf. Expands the
+    # whole set: config values pass nodeset_problem first.
     return NodeSet(expr, resolver=RESOLVER_NOGROUP)
+
+
+# --------------------------------------------------------------------------- sizes
+
+#: The widest integer any knob takes: PostgreSQL's bigint (daemon.lock_key is one).
+#: Beyond it a value is a typo, and it would overflow where it is used.
+INT_MAX = 2**63 - 1
+
+#: The most nodes one node set may name. ClusterShell expands a set into one string per
+#: node (100,000 take about a second and 20 MB), so ``gpu[000000001-999999999]`` would
+#: eat memory until the process dies; the largest GPU clusters have some 10,000 nodes.
+MAX_NODESET_NODES = 100_000
+#: The longest run of digits a node set may hold: ClusterShell reads each with int(),
+#: which refuses more than 4,300 digits with a ValueError; 18 reach a quintillion.
+MAX_INDEX_DIGITS = 18
+
+_OPERATORS = frozenset(",!&^")  # ClusterShell's set operators, between terms
+# One item of a bracket, as ClusterShell's RangeSet reads it: "5", "1-8", "1-8/2",
+# "-3" or "-8--4" (negative indices), blanks allowed around each number.
+_RANGE_ITEM = re.compile(
+    r"\s*(-?)\s*(\d+)\s*(?:-\s*(-?)\s*(\d+)\s*)?(?:/\s*\+?(\d+)\s*)?")
+
+
+def _bracket_bound(inside: str) -> int:
+    """How many indices the inside of one ``[...]`` can give, read the way RangeSet reads
+    it. An item it does not read here gets the sum of its numbers plus one, which no
+    range of those numbers exceeds: unreadable items are ClusterShell's to refuse."""
+    total = 0
+    for item in inside.split(","):
+        match = _RANGE_ITEM.fullmatch(item)
+        numbers = [int(n) for n in re.findall(r"\d+", item)]
+        if match is None:
+            total += sum(numbers) + 1
+            continue
+        sign_a, a, sign_b, b, step = match.groups()
+        first = -int(a) if sign_a else int(a)
+        last = first if b is None else (-int(b) if sign_b else int(b))
+        stride = int(step) if step and int(step) > 0 else 1
+        total += abs(last - first) // stride + 1
+    return total
+
+
+def nodeset_bound(expr: str) -> int:
+    """At least as many nodes as ``expr`` names, counted without expanding it.
+
+    Each term between the set operators (``,`` ``!`` ``&`` ``^``) names at most the
+    product of its brackets' sizes (``a[1-4]b[1-2]`` is 8 nodes); the set names at most
+    the sum over its terms (a difference or an intersection names fewer, never more).
+    Call :func:`nodeset_problem` first where digits may be long: this reads every
+    number with int().
+    """
+    total = 0
+    term = 1
+    inside: list[str] | None = None  # the characters of an open bracket
+    for char in expr:
+        if inside is not None:
+            if char == "]":
+                term *= _bracket_bound("".join(inside))
+                inside = None
+            else:
+                inside.append(char)
+        elif char == "[":
+            inside = []
+        elif char in _OPERATORS:
+            total += term
+            term = 1
+    if inside is not None:  # an unclosed bracket: ClusterShell refuses it, count it anyway
+        term *= _bracket_bound("".join(inside))
+    return total + term
+
+
+def nodeset_problem(expr: str, limit: int = MAX_NODESET_NODES) -> str | None:
+    """Why ``expr`` must not be expanded (None when it may be): a number too long to
+    read, or more than ``limit`` nodes. Decided on the text alone, before ClusterShell
+    builds anything."""
+    longest = max((len(run) for run in re.findall(r"\d+", expr)), default=0)
+    if longest > MAX_INDEX_DIGITS:
+        return (f"a node index of {longest} digits is too long to read (at most "
+                f"{MAX_INDEX_DIGITS} digits)")
+    bound = nodeset_bound(expr)
+    if bound > limit:
+        return (f"names up to {bound:,} nodes, more than the {limit:,} a node set may "
+                "name (refused without expanding it)")
+    return None
 
 

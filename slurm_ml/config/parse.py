@@ -23,6 +23,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSetException
 
 from slurm_ml.config.checks import (
+    INT_MAX,
     NAME_CHARS,
     NAME_RE,
     Check,
@@ -34,8 +35,10 @@ from slurm_ml.config.checks import (
     ge,
     gt,
     nodeset,
+    nodeset_bound,
+    nodeset_problem,
 )
-from slurm_ml.config.errors import ConfigError, ConfigIssue, one_line, show
+from slurm_ml.config.errors import ConfigError, ConfigIssue, Unreadable, clip, one_line, show
 from slurm_ml.config.rules import policy_issues
 from slurm_ml.config.schema import (
     AdmissionConfig,
@@ -58,7 +61,14 @@ from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, GpuType, No
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["RENAMED", "SECTIONS_OPTIONAL", "SECTIONS_REQUIRED", "parse_config"]
+__all__ = [
+    "MAX_CONFIG_NODES",
+    "MAX_ISSUES",
+    "RENAMED",
+    "SECTIONS_OPTIONAL",
+    "SECTIONS_REQUIRED",
+    "parse_config",
+]
 
 _T = TypeVar("_T")
 _D = TypeVar("_D", bound="DataclassInstance")
@@ -67,14 +77,29 @@ _D = TypeVar("_D", bound="DataclassInstance")
 # (no config value is ever legitimately None, so None is a safe sentinel).
 _Conv = Callable[[object, str], Any]
 
+#: The most problems one report lists; the rest are counted. A file of a million bad
+#: lines must not make a million-line report (or a reload log line that size).
+MAX_ISSUES = 200
+#: The most nodes all node sets of a file may name together (each is also held to
+#: MAX_NODESET_NODES): every set is expanded once or twice, about a second per 100,000.
+MAX_CONFIG_NODES = 500_000
+# Longest key and message text an issue keeps: keys and values come from the file.
+_KEY_CHARS = 80
+_MESSAGE_CHARS = 400
+
 #: The top-level sections, in the order a file usually has them.
 SECTIONS_REQUIRED = ("cluster", "gpu_types", "node_classes", "budgets")
 SECTIONS_OPTIONAL = ("policy", "slurm", "store", "daemon")
 
 
 def _hours_to_minutes(value: object) -> str:
-    minutes = (f"{value * 60:g}" if isinstance(value, int | float) and not isinstance(value, bool)
-               and math.isfinite(value) else "<hours x 60>")
+    minutes = "<hours x 60>"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            if math.isfinite(value):
+                minutes = f"{value * 60:g}"
+        except OverflowError:  # an int too large for a float
+            pass
     return ("renamed: the cap is in minutes now, like policy.admission.default_min_runtime_min; "
             f"write min_runtime_cap_min: {minutes} instead")
 
@@ -86,7 +111,17 @@ RENAMED: dict[str, Callable[[object], str]] = {
 
 
 def _join(path: str, key: str) -> str:
+    key = clip(key, _KEY_CHARS)
     return f"{path}.{key}" if path else key
+
+
+def _key(key: object) -> str:
+    """A key that is not a string, as a path element (str() of a huge int raises)."""
+    if isinstance(key, Unreadable):
+        return key.text
+    if isinstance(key, int) and not isinstance(key, bool) and key.bit_length() > 64:
+        return show(key)
+    return str(key)
 
 
 def _hint(key: str, known: Sequence[str]) -> str:
@@ -102,9 +137,28 @@ class _Parser:
 
     def __init__(self) -> None:
         self.issues: list[ConfigIssue] = []
+        self.unlisted = 0  # issues beyond MAX_ISSUES, counted only
+        self.nodes_left = MAX_CONFIG_NODES  # what the file's node sets may still name
 
     def error(self, path: str, message: str) -> None:
-        self.issues.append(ConfigIssue(one_line(path), one_line(message)))
+        if len(self.issues) >= MAX_ISSUES:
+            self.unlisted += 1
+            return
+        self.issues.append(ConfigIssue(clip(one_line(path), _KEY_CHARS * 4),
+                                       clip(one_line(message), _MESSAGE_CHARS)))
+
+    @property
+    def full(self) -> bool:
+        """True once the report holds MAX_ISSUES: searching for more is wasted work."""
+        return len(self.issues) >= MAX_ISSUES
+
+    def report(self) -> list[ConfigIssue]:
+        """The issues, with a last line counting those left out."""
+        if not self.unlisted:
+            return list(self.issues)
+        return [*self.issues, ConfigIssue(
+            "<config>", f"{self.unlisted} more problem(s) not listed (the first "
+            f"{MAX_ISSUES} are above)")]
 
     # ---- generic shapes
 
@@ -125,7 +179,7 @@ class _Parser:
         out: dict[str, object] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                self.error(_join(path, str(key)), f"unknown {word} {show(key)}{_hint('', known)}")
+                self.error(_join(path, _key(key)), f"unknown {word} {show(key)}{_hint('', known)}")
             elif _join(path, key) in RENAMED:
                 self.error(_join(path, key), RENAMED[_join(path, key)](item))
             elif key not in known:
@@ -234,9 +288,17 @@ class _Parser:
 
     def integer(self, check: Check[int] | None = None) -> _Conv:
         def conv(value: object, path: str) -> int | None:
+            if isinstance(value, Unreadable) and value.tag == "int":
+                self.error(path, value.problem)
+                return None
             # bool is an int to Python, never to an admin.
             if isinstance(value, bool) or not isinstance(value, int):
                 self.error(path, f"expected an integer, got {show(value)}")
+                return None
+            if not -INT_MAX <= value <= INT_MAX:
+                # No knob takes one; beyond 64 bits it overflows where it is used.
+                self.error(path, f"{show(value)} is out of range: an integer here is at "
+                           f"most {INT_MAX} (2**63 - 1) either side of 0")
                 return None
             return self.checked(value, path, check)
 
@@ -244,6 +306,9 @@ class _Parser:
 
     def number(self, check: Check[float] | None = None) -> _Conv:
         def conv(value: object, path: str) -> float | None:
+            if isinstance(value, Unreadable) and value.tag in ("int", "float"):
+                self.error(path, value.problem)
+                return None
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self.error(path, f"expected a number, got {show(value)}")
                 return None
@@ -298,10 +363,27 @@ class _Parser:
             expr: str | None = as_string(value, path)
             if expr is None:
                 return None
+            shown = show(expr)
+            problem = nodeset_problem(expr)
+            if problem is not None:
+                self.error(path, f"node set {shown} {problem}")
+                return None
+            bound = nodeset_bound(expr)
+            if bound > self.nodes_left:
+                named = MAX_CONFIG_NODES - self.nodes_left
+                self.error(path, f"node set {shown} names up to {bound:,} nodes, and the "
+                           f"node sets before it already named {named:,}: all of a file's "
+                           f"node sets together may name at most {MAX_CONFIG_NODES:,} "
+                           "(refused without expanding it)")
+                return None
+            self.nodes_left -= bound
             try:
                 nodes = nodeset(expr)
             except (NodeSetException, RangeSetException) as exc:
-                self.error(path, f"invalid node set {expr!r}: {exc}")
+                self.error(path, f"invalid node set {shown}: {exc}")
+                return None
+            except Exception as exc:  # ClusterShell's own parser: any failure is the text's
+                self.error(path, f"invalid node set {shown}: {type(exc).__name__}: {exc}")
                 return None
             if len(nodes) == 0:
                 self.error(path, "node set is empty")
@@ -309,7 +391,7 @@ class _Parser:
             bad = [str(node) for node in nodes if NAME_RE.fullmatch(str(node)) is None]
             if bad:
                 self.error(
-                    path, f"invalid node name {bad[0]!r} in {expr!r}: use only {NAME_CHARS}"
+                    path, f"invalid node name {show(bad[0])} in {shown}: use only {NAME_CHARS}"
                 )
                 return None
             return expr
@@ -378,7 +460,7 @@ class _Parser:
         for key, spec in value.items():
             if not isinstance(key, str):
                 self.error(
-                    _join(path, str(key)), f"GPU type name must be a string, got {show(key)}"
+                    _join(path, _key(key)), f"GPU type name must be a string, got {show(key)}"
                 )
                 complete = False
                 continue
@@ -418,6 +500,7 @@ class _Parser:
         complete = True
         names: dict[str, str] = {}
         union: NodeSet | None = nodeset("")
+        everything = nodeset("")  # every class's nodes so far, even after one is unknown
         seen: list[tuple[str, NodeSet]] = []  # (label, nodes) of earlier classes
         for index, spec in enumerate(raw):
             item_path = f"{path}[{index}]"
@@ -439,13 +522,19 @@ class _Parser:
                 union = None
                 continue
             nodes = nodeset(got["nodes"])
-            for label, other in seen:
-                # A node in two classes would have two GPU types and two switches.
-                common = nodes.intersection(other)
-                if len(common):
-                    self.error(f"{item_path}.nodes", f"overlaps {label} on {common}")
-                    complete = False
+            # A node in two classes would have two GPU types and two switches. Only a
+            # class that meets the union of the earlier ones is compared with each of
+            # them: thousands of classes stay linear.
+            if len(nodes.intersection(everything)):
+                for label, other in seen:
+                    if self.full:
+                        break
+                    common = nodes.intersection(other)
+                    if len(common):
+                        self.error(f"{item_path}.nodes", f"overlaps {label} on {common}")
+                        complete = False
             seen.append((item_path + (f" ({got['name']})" if "name" in got else ""), nodes))
+            everything.update(nodes)
             if union is not None:
                 union.update(nodes)
         return (tuple(out) if complete else None), union
@@ -613,7 +702,8 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         or store is None
         or daemon is None
     ):
-        issues = sorted(parser.issues, key=_section_rank(list(data)))
+        parser.issues.sort(key=_section_rank(list(data)))
+        issues = parser.report()
         raise ConfigError(issues or [ConfigIssue(source, "invalid configuration")], source)
     return Config(
         cluster=cluster,

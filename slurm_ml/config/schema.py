@@ -27,6 +27,7 @@ from slurm_ml.config.checks import (
     share,
     slurm_weight,
 )
+from slurm_ml.config.errors import show
 from slurm_ml.envvars import env
 from slurm_ml.model import BudgetTree, GpuType, NodeClass
 
@@ -164,7 +165,9 @@ def signal_name(value: str) -> str | None:
     import signal
 
     text = value.strip().upper().removeprefix("SIG")
-    if text.isdigit():
+    # ASCII digits only, and few: str.isdigit() is also true of "²", which int() refuses,
+    # and int() refuses more than 4,300 digits.
+    if re.fullmatch(r"[0-9]{1,3}", text):
         return text if 1 <= int(text) <= 64 else None
     return text if f"SIG{text}" in signal.Signals.__members__ else None
 
@@ -263,7 +266,12 @@ def _regexes(values: tuple[str, ...]) -> str | None:
         try:
             re.compile(v)
         except re.error as exc:
-            return f"{v!r} is not a valid regular expression: {exc}"
+            return f"{show(v)} is not a valid regular expression: {exc}"
+        except (RecursionError, OverflowError, MemoryError, ValueError) as exc:
+            # re's parser recurses per group and has limits of its own: "(" x 2000 is
+            # a RecursionError, "a{99999999999999999999}" an OverflowError.
+            return (f"{show(v)} is not a usable regular expression: "
+                    f"{type(exc).__name__}: {exc}")
     return None
 
 
