@@ -65,6 +65,9 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
 def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
     """Ask a running submitd: ping, stats, or refresh its state now.
 
+    While submitd's last config reload (SIGHUP) failed, ping and stats also say so on
+    stderr; stats lists the errors (config_reload_errors).
+
     Exit codes: 0 answered; 1 submitd answered with an error (printed); 3 submitd does
     not answer.
     """
@@ -84,6 +87,14 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
         click.echo("\n".join(f"{k}: {v}" for k, v in sorted(reply.get("stats", {}).items())))
     else:
         click.echo(reply.get("action", "?"))
+    stats = reply.get("stats")
+    failed = reply.get("config_reload_failed") or (
+        isinstance(stats, dict) and stats.get("config_reload_failed"))
+    if failed and not as_json:
+        # Still answered (exit 0): submitd runs on the config it had before the reload.
+        click.echo("slurm-ml submitd-ctl: warning: submitd's last config reload failed; it "
+                   "runs on the config it had before (submitd-ctl stats lists the errors)",
+                   err=True)
 
 
 @click.command("submit-check", context_settings={"ignore_unknown_options": True,

@@ -4,7 +4,9 @@ A cycle acts only while this process holds the PostgreSQL advisory lock; a secon
 daemon stays passive and takes over when the leader's session dies. Slurm or the
 database being unreachable ends the cycle before it decides anything and the next try
 comes after an exponential back-off (capped by ``daemon.backoff_max_s``). SIGHUP
-re-reads the config; a bad file is logged and the old config stays.
+re-reads the config, between cycles too; a bad file is logged and the old config stays
+(``slurm_ml_config_reload_failed`` says so), and no failure of the reload stops the
+daemon.
 
 Between regular cycles a wake from submitd (:mod:`slurm_ml.wake`: a job entered the
 fast lane) brings cycles forward to when that job may get room: the end of the grace of
@@ -40,8 +42,11 @@ from slurm_ml.wake import Wake, WakeBox
 
 log = logging.getLogger(__name__)
 
-#: How often a sleeping loop looks at its wakes (the listener's thread adds them).
+#: How often a sleeping loop looks at its wakes (the listener's thread adds them) and
+#: for a SIGHUP.
 _WAKE_POLL_S = 0.25
+#: The most issues of a refused config one log line lists (the file has them all).
+_LOGGED_ISSUES = 10
 
 
 @dataclass(slots=True)
@@ -105,20 +110,36 @@ class Daemon:
         #: pending jobs' starving reasons from before this daemon pushed their SiteFactor
         #: (Slurm shows None until it next reaches them: ``daemon.reasons``)
         self.kept_reasons: dict[int, str] = {}
+        self.metrics.config_loaded.set(self.clock())  # cfg was read just now, by the caller
 
     # ------------------------------------------------------------------ config
 
     def reload(self) -> bool:
-        """Re-read the config file; keep the old config when the new one is bad."""
+        """Re-read the config file; keep the old config when the new one is bad.
+
+        Never raises: SIGHUP with a broken file in place must not stop the reconciler.
+        The loader reports every problem of a file as a ConfigError; anything else it
+        raises (a bug) is logged with its traceback and treated the same way.
+        """
         self.reload_requested = False
         if self.config_path is None:
             return False
         try:
-            self.cfg = load_config(self.config_path)
+            cfg = load_config(self.config_path)
         except ConfigError as exc:
-            log.error("event=config_reload_rejected path=%s issues=%d first=%s (keeping the "
-                      "old config)", self.config_path, len(exc.issues), exc.issues[0])
+            log.error("event=config_reload_rejected path=%s issues=%d errors=%s (keeping "
+                      "the running config)", self.config_path, len(exc.issues),
+                      json.dumps([str(issue) for issue in exc.issues[:_LOGGED_ISSUES]]))
+            self.metrics.config_read(False, self.clock())
             return False
+        except Exception as exc:
+            log.exception("event=config_reload_failed path=%s error=%s (keeping the running "
+                          "config)", self.config_path, json.dumps(f"{type(exc).__name__}: "
+                                                                  f"{exc}"[:500]))
+            self.metrics.config_read(False, self.clock())
+            return False
+        self.cfg = cfg
+        self.metrics.config_read(True, self.clock())
         log.info("event=config_reloaded path=%s", self.config_path)
         return True
 
@@ -240,6 +261,10 @@ class Daemon:
     def _sleep_until(self, regular_at: float) -> str:
         """Sleep until ``regular_at`` or a due wake: "stop", "wake" or "regular"."""
         while True:
+            if self.reload_requested:
+                # Now, not at the next cycle (up to cycle_interval_s away): an operator
+                # who sent SIGHUP looks at the log and the metric straight after.
+                self.reload()
             wake_at = self.due_wake()
             at = regular_at if wake_at is None else min(regular_at, wake_at)
             left = at - self.clock()

@@ -1,4 +1,8 @@
-"""Prometheus metrics of the reconciler, on a registry of its own (tests make many)."""
+"""Prometheus metrics of the reconciler, on a registry of its own (tests make many).
+
+The ``slurm_ml_config_*`` ones say whether the config the daemon runs on is the file on
+disk: a SIGHUP whose file is refused leaves the daemon running on the config it had, and
+nothing else shows it (the daemon keeps cycling, as it should)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,26 @@ class Metrics:
                              "one per fast_lane.wake_min_gap_s)", registry=r)
         self.woken_cycles = Counter("slurm_ml_daemon_woken_cycles_total",
                                     "Cycles run early for a wake", registry=r)
+        self.config_reload_failed = Gauge(
+            "slurm_ml_config_reload_failed",
+            "1 while the last config reload (SIGHUP) failed and the daemon runs on the "
+            "config it had before; 0 once a reload succeeds", registry=r)
+        self.config_reloads = Counter("slurm_ml_config_reloads_total",
+                                      "Config reloads (SIGHUP) by result: ok, failed",
+                                      ["result"], registry=r)
+        for result in ("ok", "failed"):
+            self.config_reloads.labels(result)  # both series from the start, at 0
+        self.config_loaded = Gauge(
+            "slurm_ml_config_last_reload_success_timestamp_seconds",
+            "When the config the daemon runs on was read (at start or the last "
+            "successful reload)", registry=r)
+
+    def config_read(self, ok: bool, at: float) -> None:
+        """A reload's outcome (``ok`` False: refused, the old config kept)."""
+        self.config_reloads.labels("ok" if ok else "failed").inc()
+        self.config_reload_failed.set(0 if ok else 1)
+        if ok:
+            self.config_loaded.set(at)
 
     def serve(self, port: int, addr: str) -> None:
         if port:

@@ -4,7 +4,10 @@ One JSON line in, one JSON line out, over a Unix socket (mode 0660); the shim ke
 connection open across submissions. Each connection is served by its own thread; the
 decision itself is pure and takes well under a millisecond, so nothing on the request
 path touches the database. SIGHUP reloads the config (a bad one is refused and the old
-one kept) and refreshes the state.
+one kept) and refreshes the state. No failure of a reload stops submitd; a refused one is
+logged and shown by ``ping`` (``config_reload_failed``) and ``stats`` (also the errors)
+until a reload succeeds: submitd has no metrics endpoint, and ``submitd-ctl`` is what
+operators and health checks ask.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from slurm_ml.wake import Wake, send_wake
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024  # a job_desc summary is < 2 KiB; anything near this is garbage
+#: The most issues of a refused config one log line and ``stats`` list (the file has all).
+_SHOWN_ISSUES = 10
 
 
 class SubmitdError(RuntimeError):
@@ -76,24 +81,49 @@ class PolicyServer:
         self.clock = clock
         self.counts: Counter[str] = Counter()
         self.started = time.time()
+        self.config_loaded_at = self.started  # when the running config was read
+        #: the last reload's errors while it failed (the running config is older than
+        #: the file); None once a reload succeeds
+        self.reload_errors: list[str] | None = None
 
     def reload(self) -> bool:
-        """Re-read the config file; keep the old one if the new one is bad."""
+        """Re-read the config file; keep the old one if the new one is bad.
+
+        Never raises (it runs in SIGHUP's handler, in the thread that serves until
+        SIGTERM): the loader reports a file's every problem as a ConfigError, and
+        anything else (a bug) is logged with its traceback and refused the same way.
+        """
         if self.config_path is None:
             self.refresher.poke()
             return False
         try:
             cfg = load_config(self.config_path)
+            policy = Policy(cfg, cluster_view(cfg))
         except ConfigError as exc:
-            log.error("config reload refused, keeping the running config: %s", exc)
-            self.refresher.poke()
-            self.counts["reload_refused"] += 1
+            errors = [str(issue) for issue in exc.issues]
+            log.error("event=config_reload_refused path=%s issues=%d errors=%s (config reload "
+                      "refused, keeping the running config)", self.config_path, len(errors),
+                      json.dumps(errors[:_SHOWN_ISSUES]))
+            self._refused(errors)
             return False
-        self.policy = Policy(cfg, cluster_view(cfg))
-        self.refresher.set_config(cfg)  # also refreshes the state
+        except Exception as exc:
+            log.exception("event=config_reload_failed path=%s (config reload refused, keeping "
+                          "the running config)", self.config_path)
+            self._refused([f"{self.config_path}: could not be read: "
+                           f"{type(exc).__name__}: {exc}"[:500]])
+            return False
+        self.policy = policy
+        self.config_loaded_at = time.time()
+        self.reload_errors = None
         self.counts["reloads"] += 1
-        log.warning("config reloaded from %s", self.config_path)
+        log.warning("event=config_reloaded path=%s", self.config_path)
+        self.refresher.set_config(cfg)  # also refreshes the state
         return True
+
+    def _refused(self, errors: list[str]) -> None:
+        self.reload_errors = errors
+        self.counts["reload_refused"] += 1
+        self.refresher.poke()  # the state is refreshed all the same
 
     def handle_line(self, line: bytes | str) -> dict[str, Any]:
         """One request line → the reply object. Never raises."""
@@ -101,7 +131,8 @@ class PolicyServer:
         try:
             env = parse_line(line)
             if env.op == "ping":
-                return {"v": VERSION, "action": "pong"}
+                return {"v": VERSION, "action": "pong",
+                        "config_reload_failed": self.reload_errors is not None}
             if env.op == "stats":
                 return {"v": VERSION, "action": "stats", "stats": self.stats()}
             if env.op == "refresh":  # asynchronous: poll stats until refresh_served >= request
@@ -165,6 +196,10 @@ class PolicyServer:
             "uptime_s": round(time.time() - self.started, 1),
             "counts": dict(self.counts),
             "config": str(self.config_path) if self.config_path else None,
+            "config_loaded_at": datetime.fromtimestamp(self.config_loaded_at, UTC).isoformat(),
+            "config_reload_failed": self.reload_errors is not None,
+            "config_reload_errors": (None if self.reload_errors is None
+                                     else self.reload_errors[:_SHOWN_ISSUES]),
             "state_generation": self.refresher.generation,
             "refresh_served": self.refresher.served,
             "state_loaded_at": state.loaded_at.isoformat() if state.loaded_at else None,
@@ -282,6 +317,15 @@ class Listener:
             self.path.unlink()
 
 
+def _reload(server: PolicyServer) -> None:
+    """SIGHUP's handler. An exception here would surface in the serving loop and stop
+    submitd; reload() raises none, and this makes sure of it."""
+    try:
+        server.reload()
+    except Exception:
+        log.exception("event=config_reload_failed (keeping the running config)")
+
+
 def serve(server: PolicyServer, socket_path: Path, group: str | None = None) -> None:
     """Listen until SIGTERM/SIGINT; SIGHUP reloads the config and refreshes the state.
 
@@ -292,7 +336,7 @@ def serve(server: PolicyServer, socket_path: Path, group: str | None = None) -> 
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        signal.signal(signal.SIGHUP, lambda *_: server.reload())
+        signal.signal(signal.SIGHUP, lambda *_: _reload(server))
         listener.start()
         log.warning("submitd listening on %s (mode 0660%s)", socket_path,
                     f", group {group}" if group else "")
