@@ -37,15 +37,24 @@ def _socket_path(value: str | None) -> Path:
 @click.option("--group", default=None,
               help="Group that owns the socket (SlurmUser's group); mode is 0660.")
 @click.option("--dsn", default=None, help="PostgreSQL DSN (default $SLURM_ML_DSN, then store.dsn).")
+@click.option("--key-file", default=None, type=click.Path(dir_okay=False),
+              help="The reply key the job_submit shim checks, made there if absent "
+                   "(default $SLURM_ML_SUBMITD_KEY_FILE; install sets "
+                   "/var/lib/slurm-ml/submitd.key). Without one, replies carry no key.")
 def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | None,
-                dsn: str | None) -> None:
+                dsn: str | None, key_file: str | None) -> None:
     """Run the admission policy server that job_submit.lua asks (foreground).
 
     SIGHUP re-reads the config (a bad one is refused, the old one kept) and refreshes
     budget standing and GPU memory profiles from PostgreSQL; SIGTERM stops it.
 
+    It refuses to listen in a directory that a user other than root or its own may
+    write (whoever binds the socket there while submitd is stopped would answer the
+    shim), and puts its reply key in every answer, which the shim checks.
+
     Exit codes: 0 stopped by SIGTERM; 1 the socket could not be made (in use, no such
-    group, a directory it cannot write); 2 a bad config.
+    group, a directory it cannot write or others can), or the reply key cannot be
+    read, made or trusted; 2 a bad config.
     """
     from slurm_ml.submitd.run import run_submitd
     from slurm_ml.submitd.server import SubmitdError
@@ -53,7 +62,9 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
     path = assets.config_path(config_path)
     cfg = load_config_or_exit(path)
     try:
-        run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn)
+        key = key_file or env("SLURM_ML_SUBMITD_KEY_FILE")
+        run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn,
+                    key_file=Path(key) if key else None)
     except (SubmitdError, OSError) as exc:
         fail(str(exc))
 

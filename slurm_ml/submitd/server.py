@@ -36,6 +36,7 @@ from slurm_ml.policy.admission import decide
 from slurm_ml.policy.admission_state import LaneAdmission
 from slurm_ml.policy.cluster_view import ClusterView, cluster_view
 from slurm_ml.policy.lane_requeue import wakes_on
+from slurm_ml.submitd.auth import socket_dir_problem
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (
     ROUTE_FIELDS,
@@ -248,6 +249,8 @@ class _Handler(socketserver.StreamRequestHandler):
                 return
 
     def _send(self, reply: dict[str, Any]) -> bool:
+        if self.server.auth_key:  # proves to the shim that submitd answers (submitd.auth)
+            reply = {**reply, "auth": self.server.auth_key}
         try:
             self.wfile.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
         except OSError:
@@ -260,13 +263,18 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     block_on_close = False
     request_queue_size = 256  # socketserver's 5 makes a burst of connects fail with EAGAIN
 
-    def __init__(self, path: Path, policy_server: PolicyServer) -> None:
+    def __init__(self, path: Path, policy_server: PolicyServer, auth_key: str | None) -> None:
         self.policy_server = policy_server
+        self.auth_key = auth_key
         super().__init__(str(path), _Handler)
 
 
 def _claim_socket_path(path: Path) -> None:
-    """Remove a stale socket left by a crash; refuse if another submitd is listening."""
+    """Remove a stale socket left by a crash; refuse if another submitd is listening, or
+    if the directory would let someone else bind the path once submitd stops."""
+    problem = socket_dir_problem(path)
+    if problem is not None:
+        raise SubmitdError(f"refusing to listen on {path}: {problem}")
     if not path.exists() and not path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True)
         return
@@ -287,10 +295,12 @@ def _claim_socket_path(path: Path) -> None:
 class Listener:
     """The bound socket and its accept thread; ``serve`` adds the signal handling."""
 
-    def __init__(self, server: PolicyServer, socket_path: Path, group: str | None = None):
+    def __init__(self, server: PolicyServer, socket_path: Path, group: str | None = None,
+                 auth_key: str | None = None):
         _claim_socket_path(socket_path)
         self.path = socket_path
-        self._srv = _Server(socket_path, server)
+        self._srv = _Server(socket_path, server, auth_key)
+        self._inode = socket_path.lstat().st_ino
         self._thread: threading.Thread | None = None
         try:
             if group:
@@ -313,8 +323,11 @@ class Listener:
             self._srv.shutdown()  # waits for serve_forever to return
             self._thread = None
         self._srv.server_close()
+        # Only our own socket: a submitd started after this one was killed has bound the
+        # path anew, and removing its socket would leave it deaf.
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            if self.path.lstat().st_ino == self._inode:
+                self.path.unlink()
 
 
 def _reload(server: PolicyServer) -> None:
@@ -326,20 +339,23 @@ def _reload(server: PolicyServer) -> None:
         log.exception("event=config_reload_failed (keeping the running config)")
 
 
-def serve(server: PolicyServer, socket_path: Path, group: str | None = None) -> None:
+def serve(server: PolicyServer, socket_path: Path, group: str | None = None,
+          auth_key: str | None = None) -> None:
     """Listen until SIGTERM/SIGINT; SIGHUP reloads the config and refreshes the state.
+    ``auth_key`` goes into every reply, for the shim to check (:mod:`.auth`).
 
     Runs in the main thread: Python delivers signals there.
     """
-    listener = Listener(server, socket_path, group)
+    listener = Listener(server, socket_path, group, auth_key)
     stop = threading.Event()
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         signal.signal(signal.SIGHUP, lambda *_: _reload(server))
         listener.start()
-        log.warning("submitd listening on %s (mode 0660%s)", socket_path,
-                    f", group {group}" if group else "")
+        log.warning("submitd listening on %s (mode 0660%s; replies %s)", socket_path,
+                    f", group {group}" if group else "",
+                    "carry the reply key" if auth_key else "carry no key")
         while not stop.wait(1.0):
             pass
         log.warning("submitd stopping")
