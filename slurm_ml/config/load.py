@@ -15,6 +15,8 @@ still escapes is caught at the end and reported as a ConfigError that says so.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -249,9 +251,15 @@ def _read_yaml(text: str, source: str) -> tuple[object, list[tuple[int, int, obj
 
 
 def _read_text(path: str | Path, source: str) -> str:
-    """The file's text; never more than MAX_FILE_BYTES are read."""
+    """The file's text; never more than MAX_FILE_BYTES are read. Opened without blocking
+    and refused unless a regular file: a FIFO or a device at the path would hang the
+    service that reloads it, or feed it without end."""
     try:
-        with open(path, "rb") as stream:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise _file_error(f"{source}: not a regular file (a config is read whole, "
+                                  "once)", source)
             raw = stream.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise _file_error(f"{source}: no such file", source) from None

@@ -5,6 +5,7 @@ tests/unit/test_config_fuzz_text.py throws generated text at the same loader."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,3 +350,11 @@ def test_daemon_once_names_the_error_and_exits_2(huge: Path) -> None:
     assert res.exit_code == 2, res.output
     assert isinstance(res.exception, SystemExit)
     assert "cluster.partitions[0].max_time_min: an integer of 5,001 digits" in res.output
+
+
+def test_a_fifo_at_the_config_path_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A service reloading on SIGHUP must not hang on a named pipe nobody writes."""
+    fifo = tmp_path / "slurm-ml.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(fifo)
