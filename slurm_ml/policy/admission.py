@@ -75,6 +75,18 @@ class AdmissionDecision:
 PASS = AdmissionDecision()
 
 
+@dataclass(frozen=True, slots=True)
+class Before:
+    """A job as slurmctld holds it when its owner updates it: what an update may not
+    change without admission (its record) and where it comes from."""
+
+    partitions: tuple[str, ...] = ()
+    qos: str | None = None
+    #: its AdminComment holds slurm-ml's admission record; None: not known (a shim that
+    #: does not send the AdminComment)
+    recorded: bool | None = None
+
+
 def read_record(admin_comment: str) -> dict[str, object] | None:
     """The slurm-ml record admission left in a job's AdminComment; None when there is
     none or it is not a JSON object."""
@@ -115,19 +127,20 @@ def contract_min_runtime_s(admin_comment: str, time_min_min: int | None) -> int 
 def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionState,
            now: datetime, *, routing: bool = True, update: bool = False,
            asked_qos: str | None = None,
-           before: tuple[str, ...] | None = None) -> AdmissionDecision:
+           before: Before | None = None) -> AdmissionDecision:
     """Rewrite, pass or reject one job.
 
     A job is judged whenever any partition of its ``--partition`` list is one slurm-ml
     manages (no list: the default partition): Slurm may start it in any of them, so a
     list that adds a partition slurm-ml does not manage is no way around a spent budget.
-    Its shape is judged on the nodes of the managed partitions, its routing as for any
-    job. A list that names only partitions slurm-ml does not manage passes untouched.
+    It is decided exactly as with its managed partitions alone: shaped (and widened) on
+    their nodes, routed as any job, and a rejection says where it was judged. A list
+    that names only partitions slurm-ml does not manage passes untouched.
 
     Updates of existing jobs: ``routing=False`` when the update touches only the shape
     (and ``--time-min``); ``update=True`` when it touches QOS, account or partition,
     with ``asked_qos`` the QOS the update names (``routing.reroute_update``) and
-    ``before`` the partitions the job had before the update.
+    ``before`` the job as slurmctld holds it before the update.
     """
     if not req.is_gpu:
         return PASS
@@ -192,7 +205,7 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
     else:
         rt = route(req, cfg, state)
     if update and not rt.refuse and before is not None:
-        rt = _entering(req, rt, before, view)
+        rt = _unrecorded_into_alloc(req, rt, before, view)
     if rt.refuse:
         return AdmissionDecision(accept=False, code=ESLURM_ACCOUNTING_POLICY, message=rt.refuse)
     if rt.note:
@@ -221,26 +234,42 @@ def _judged_where(managed: tuple[str, ...], elsewhere: tuple[str, ...]) -> str:
             f"{','.join(elsewhere)})")
 
 
-def _entering(req: JobRequest, rt: Route, before: tuple[str, ...],
-              view: ClusterView) -> Route:
-    """Refuse an update that brings a job from partitions slurm-ml does not manage into
-    one it does, in QOS alloc. Such a job was never admitted, so it carries no admission
-    record, and an update cannot write one (slurmctld lets only SlurmUser and root set
-    AdminComment): the daemon would find an alloc job with no recorded protected runtime
-    and no record of its routing. In QOS free it needs no protection, and may move."""
-    if not before or any(p in view.partitions for p in before):
+def _unrecorded_into_alloc(req: JobRequest, rt: Route, before: Before,
+                           view: ClusterView) -> Route:
+    """Refuse an update that puts a job without an admission record in QOS alloc: one
+    that comes from partitions slurm-ml does not manage, or one not in alloc already.
+
+    Such a job was never routed (submitted elsewhere, or accepted unchanged while submitd
+    could not answer), and an update cannot write the record (slurmctld lets only
+    SlurmUser and root set AdminComment): the daemon would find an alloc job with no
+    recorded protected runtime or routing. QOS free needs neither, so it may move there,
+    and a job already in alloc keeps what it has (an update of its account is routed as
+    for any job). The record, not the partitions, decides, so moving into a managed
+    partition in QOS free first and asking for alloc next is refused as well."""
+    if (rt.qos or req.qos) != ALLOC_QOS or before.recorded:
         return rt
-    if (rt.qos or req.qos) != ALLOC_QOS:
+    entering = bool(before.partitions) and not any(p in view.partitions
+                                                   for p in before.partitions)
+    if not entering and (before.recorded is None or before.qos == ALLOC_QOS):
         return rt
     job = f"job {req.job_id}" if req.job_id is not None else "this job"
-    into = ",".join(p for p in req.partitions if p in view.partitions)
+    resubmit = f"submit it again with --partition={','.join(req.partitions)}" \
+        if req.partitions else "submit it again"
+    if entering:
+        into = ",".join(p for p in req.partitions if p in view.partitions)
+        head = (f"slurm-ml refused moving {job} into partition {into} in QOS {ALLOC_QOS}: it "
+                f"was submitted to {','.join(before.partitions)}, which slurm-ml does not "
+                f"manage, so it has no admission record")
+        instead = f"Move it with QOS={FREE_QOS}"
+    else:
+        head = (f"slurm-ml refused QOS {ALLOC_QOS} for {job}: it has no admission record "
+                f"(it was submitted where slurm-ml does not manage, or accepted while "
+                f"submitd could not judge it)")
+        instead = f"Leave it in QOS {FREE_QOS}"
     return Route(account=rt.account, refuse=(
-        f"slurm-ml refused moving {job} into partition {into} in QOS {ALLOC_QOS}: it was "
-        f"submitted to {','.join(before)}, which slurm-ml does not manage, so it has no "
-        f"admission record (budget routing and protected runtime are fixed when a job is "
-        f"submitted, and an update cannot record them). Move it with QOS={FREE_QOS} "
-        f"(uncharged, preemptible), or submit it again with "
-        f"--partition={','.join(req.partitions)}."))
+        f"{head}, and budget routing and protected runtime are fixed when a job is "
+        f"submitted: an update cannot record them. {instead} (uncharged, preemptible), "
+        f"or {resubmit}."))
 
 
 def _shape_on(req: JobRequest, candidates: tuple[ClassSlice, ...], types: frozenset[str],

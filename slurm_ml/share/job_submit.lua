@@ -263,6 +263,10 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     end
     if not touches then return slurm.SUCCESS end
     local current = read_fields(job_rec)
+    -- Its AdminComment tells submitd whether admission routed the job (the record an
+    -- update cannot write); always sent, "" for none, so that none reads as none.
+    local got, record = pcall(function() return job_rec.admin_comment end)
+    current.admin_comment = (got and type(record) == "string") and record or ""
     local who = "update of job " .. tostring(current.job_id)
     return consult({v = PROTOCOL, op = "modify", uid = modify_uid, job = update,
                     current = current}, job_desc, who, false)

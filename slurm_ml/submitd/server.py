@@ -43,10 +43,10 @@ from slurm_ml.submitd.wire import (
     VERSION,
     BadRequest,
     asked_qos,
+    before_update,
     merge_update,
     normalize,
     parse_line,
-    partitions_of,
     reply_for,
     to_request,
     touched,
@@ -157,7 +157,7 @@ class PolicyServer:
             now = self.clock()
             decision = decide(req, policy.cfg, policy.view, state, now,
                               routing=routing, update=update, asked_qos=asked_qos(env.job),
-                              before=partitions_of(env.current) if update else None)
+                              before=before_update(env.current) if update else None)
             if decision.accept and decision.lane is not None:
                 self.refresher.note_lane(LaneAdmission(now, *decision.lane))
                 self._wake_daemon(policy.cfg, now, req.name, decision.lane[0])
@@ -277,6 +277,11 @@ def _claim_socket_path(path: Path) -> None:
         raise SubmitdError(f"refusing to listen on {path}: {problem}")
     if not path.exists() and not path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Again once it exists: under a parent others may write (sticky /tmp), someone
+        # else may have made the directory between the check and the mkdir.
+        problem = socket_dir_problem(path)
+        if problem is not None:
+            raise SubmitdError(f"refusing to listen on {path}: {problem}")
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
         raise SubmitdError(f"{path} exists and is not a socket; refusing to replace it")

@@ -20,7 +20,7 @@ from typing import Any
 
 from slurm_ml.gres import gpu_items, parse_item, untyped
 from slurm_ml.model import GpuRequest
-from slurm_ml.policy.admission import AdmissionDecision
+from slurm_ml.policy.admission import AdmissionDecision, Before, read_record
 from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 
@@ -230,6 +230,17 @@ def asked_qos(update: Mapping[str, Any]) -> str | None:
 def partitions_of(job: Mapping[str, Any]) -> tuple[str, ...]:
     """The partition list a job's ``partition`` field names (``gpu,cpu``), in order."""
     return tuple(p for p in (_text(job, "partition") or "").split(",") if p)
+
+
+def before_update(current: Mapping[str, Any]) -> Before:
+    """The job an update starts from, as the shim sent it: its partitions, its QOS, and
+    whether its AdminComment holds slurm-ml's admission record (None when the shim sent
+    no ``admin_comment``, as one older than this field does: the record rule then holds
+    only for jobs moved in from unmanaged partitions)."""
+    comment = current.get("admin_comment")
+    return Before(partitions=partitions_of(current), qos=_text(current, "qos"),
+                  recorded=(read_record(comment) is not None
+                            if isinstance(comment, str) else None))
 
 
 def merge_update(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from node_restore import cancel_until_gone
+
+from slurm_ml.assets import DEFAULT_CONFIG
+from slurm_ml.config import load_config
+from slurm_ml.devcluster.cluster import DevCluster
+from slurm_ml.devcluster.layout import Layout
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_conf: str) -> DevCluster:
+    """The running dev cluster with its default config (a module that needs another
+    config defines its own ``cluster``)."""
+    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
+    return DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
+                      config_path=DEFAULT_CONFIG)
 
 
 @pytest.fixture

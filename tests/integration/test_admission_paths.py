@@ -13,16 +13,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from slurm_jobs import refresh_submitd, show
 
 from slurm_ml import proc
-from slurm_ml.assets import DEFAULT_CONFIG
-from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
-from slurm_ml.devcluster.layout import Layout
 from slurm_ml.policy.admission import read_record
 from slurm_ml.store.postgres import PostgresStore
 from slurm_ml.store.records import BudgetSnapshot, derive_key
@@ -32,13 +28,6 @@ pytestmark = pytest.mark.integration
 SPENT_ACCOUNT, PARENT = "detection", "vision"
 
 
-@pytest.fixture(scope="module")
-def cluster(slurm_conf: str) -> DevCluster:
-    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
-    return DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
-                      config_path=DEFAULT_CONFIG)
-
-
 def _snapshot(store: PostgresStore, usage: float, at: datetime) -> None:
     store.record_budget_snapshot(BudgetSnapshot(
         idempotency_key=derive_key("test-admission-paths", uuid.uuid4().hex),
@@ -46,14 +35,13 @@ def _snapshot(store: PostgresStore, usage: float, at: datetime) -> None:
         usage_gpu_hours=usage, owed_gpu_hours=0.0, site_factor=None))
 
 
-_last_snapshot = [datetime.now(UTC)]
-
-
-def _next_snapshot_time() -> datetime:
-    """A snapshot time after every earlier one of this module's: submitd routes by the
-    newest snapshot, and these tests follow each other within a second."""
-    _last_snapshot[0] = max(datetime.now(UTC), _last_snapshot[0] + timedelta(seconds=1))
-    return _last_snapshot[0]
+def _next_snapshot_time(store: PostgresStore) -> datetime:
+    """A time after the account's newest snapshot: submitd routes by the newest, and
+    other modules date the snapshot that restores a budget a second ahead."""
+    newest = [s.taken_at for s in store.latest_budget_snapshots()
+              if s.account == SPENT_ACCOUNT]
+    now = datetime.now(UTC)
+    return max([now, *(t + timedelta(milliseconds=1) for t in newest)])
 
 
 @pytest.fixture
@@ -61,22 +49,14 @@ def spent(cluster: DevCluster, admin_dsn: str) -> Iterator[None]:
     """``detection`` has used its budget for this window, as submitd sees it."""
     cluster.start_submitd()
     with PostgresStore(admin_dsn) as store:
-        _snapshot(store, 1e9, _next_snapshot_time())
+        _snapshot(store, 1e9, _next_snapshot_time(store))
     refresh_submitd(cluster.layout.submitd_socket)
     try:
         yield
     finally:
         with PostgresStore(admin_dsn) as store:  # back to a budget in good standing
-            _snapshot(store, 0.0, _next_snapshot_time())
+            _snapshot(store, 0.0, _next_snapshot_time(store))
         refresh_submitd(cluster.layout.submitd_socket)
-
-
-@pytest.fixture
-def jobs(slurm_conf: str) -> Iterator[list[int]]:
-    ids: list[int] = []
-    yield ids
-    if ids:
-        proc.run(["scancel", *map(str, ids)], check=False, env={"SLURM_CONF": slurm_conf})
 
 
 def submit(jobs: list[int], *args: str, user: str = "alice") -> proc.Result:
@@ -191,3 +171,9 @@ def test_a_job_from_an_unmanaged_partition_enters_gpu_only_in_qos_free(
     assert into_free.returncode == 0, into_free.stderr
     job = show(jobs[-1])
     assert (job["Partition"], job["QOS"]) == ("gpu", "free")
+    # In gpu now, still without a record: QOS alloc in a second step is refused too.
+    second = update(jobs[-1], "QOS=alloc")
+    assert second.returncode != 0, second.stderr
+    assert f"refused QOS alloc for job {jobs[-1]}: it has no admission record" in ctld_log(
+        cluster)
+    assert show(jobs[-1])["QOS"] == "free"

@@ -20,10 +20,7 @@ import pytest
 from slurm_jobs import show
 
 from slurm_ml import proc
-from slurm_ml.assets import DEFAULT_CONFIG
-from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
-from slurm_ml.devcluster.layout import Layout
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +46,6 @@ with open(log, "a") as out:
             }).encode() + b"\n")
             f.flush()
 '''
-
-
-@pytest.fixture(scope="module")
-def cluster(slurm_conf: str) -> DevCluster:
-    root = Path(os.environ["SLURM_ML_DEVCLUSTER"])
-    return DevCluster(load_config(DEFAULT_CONFIG), Layout(root), say=lambda _m: None,
-                      config_path=DEFAULT_CONFIG)
 
 
 @pytest.fixture

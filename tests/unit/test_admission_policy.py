@@ -650,6 +650,9 @@ PASS_THROUGH: list[tuple[str, dict[str, Any]]] = [
      {"user_name": "carol", "partition": "other", "tres_per_node": "{g}gpu:6", "min_nodes": 2}),
     ("only-unmanaged-partitions-in-list",
      {"user_name": "carol", "partition": "cpu,cloud", "tres_per_job": "{g}gpu:16"}),
+    # a type no managed node has: the job can only start in the unmanaged partition
+    ("type-only-an-unmanaged-partition-in-the-list-has",
+     {"user_name": "carol", "partition": "gpu,cloud", "tres_per_node": "{g}gpu:h100:8"}),
 ]
 
 
@@ -1254,6 +1257,22 @@ REROUTES: list[tuple[str, Config, dict[str, Any], dict[str, Any], dict[str, Any]
     ("unmanaged-job-moved-into-gpu-in-free-accepted", CFG,
      {**CURRENT, "partition": "cpu", "qos": "normal"}, {"partition": "gpu", "qos": "free"},
      {"action": "accept", "set": {"site_factor": 700}}, ["You chose QOS free"]),
+    # The record decides, not the partitions: in through QOS free, then alloc, is refused.
+    ("unrecorded-free-job-asking-alloc-refused", CFG,
+     {**CURRENT, "qos": "free", "admin_comment": ""}, {"qos": "alloc"},
+     {"action": "reject", "code": 2050},
+     ["refused QOS alloc for job 42: it has no admission record",
+      "Leave it in QOS free (uncharged, preemptible), or submit it again with "
+      "--partition=gpu."]),
+    ("recorded-free-job-asking-alloc-accepted", CFG,
+     {**CURRENT, "qos": "free", "admin_comment": 'slurm-ml {"min_runtime":0,"v":1}'},
+     {"qos": "alloc"}, {"action": "accept", "set": {"site_factor": 700}}, ["QOS alloc"]),
+    ("unrecorded-alloc-job-moved-to-a-spent-account-goes-free", CFG,
+     {**CURRENT, "qos": "alloc", "admin_comment": ""}, {"account": "llm-eval"},
+     {"action": "accept", "set": {"qos": "free", "site_factor": 5}}, [SPENT_NOTE]),
+    ("unrecorded-alloc-job-keeps-alloc-on-a-partition-update", CFG,
+     {**CURRENT, "qos": "alloc", "admin_comment": ""}, {"partition": "gpu,debug"},
+     {"action": "accept"}, ["QOS alloc, charged to llm-pretrain"]),
 ]
 
 
