@@ -32,17 +32,24 @@ def _dsn_warnings(config_dsn: str) -> list[str]:
         return [f"{source}: {exc}"]
 
 
-def _socket_errors(socket: str | None) -> list[str]:
+def _socket_errors(socket: str | None, user: str) -> list[str]:
     """What would let someone other than submitd answer the job_submit shim: a socket
-    directory others may write (submitd refuses to start there too)."""
+    directory others may write (submitd refuses to start there too), judged for
+    submitd's ``user`` (root alone when no such user exists here)."""
+    import pwd
     from pathlib import Path
 
     from slurm_ml.envvars import env
     from slurm_ml.submitd.auth import socket_dir_problem
     from slurm_ml.submitd.run import DEFAULT_SOCKET
 
+    try:
+        account = pwd.getpwnam(user)
+        uid, gid = account.pw_uid, account.pw_gid
+    except KeyError:
+        uid = gid = 0
     path = Path(socket or env("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
-    problem = socket_dir_problem(path)
+    problem = socket_dir_problem(path, user_uid=uid, user_gid=gid)
     return [] if problem is None else [problem]
 
 
@@ -52,7 +59,11 @@ def _socket_errors(socket: str | None) -> list[str]:
 @click.option("--submitd-socket", default=None,
               help="submitd's socket to check the directory of (default "
                    "$SLURM_ML_SUBMITD_SOCKET, then /run/slurm-ml/submitd.sock).")
-def config_check(file: str, as_json: bool, submitd_socket: str | None) -> None:
+@click.option("--submitd-user", default="slurm", show_default=True,
+              help="The user submitd runs as (install: SlurmUser), who may own that "
+                   "directory besides root.")
+def config_check(file: str, as_json: bool, submitd_socket: str | None,
+                 submitd_user: str) -> None:
     """Validate FILE. Exit 0 when valid; exit 2 with every error, `path: message` per line.
 
     Refuses (exit 2) a submitd socket whose directory a user other than root or
@@ -77,7 +88,7 @@ def config_check(file: str, as_json: bool, submitd_socket: str | None) -> None:
                 click.echo(str(issue), err=True)
             click.echo(f"{file}: {len(exc.issues)} error(s)", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    socket_errors = _socket_errors(submitd_socket)
+    socket_errors = _socket_errors(submitd_socket, submitd_user)
     if socket_errors:
         if as_json:
             click.echo(json.dumps({"valid": False, "file": file, "errors": [

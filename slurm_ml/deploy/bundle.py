@@ -166,6 +166,8 @@ def env_text(p: InstallParams) -> str:
         "SLURM_ML_SUBMITD_SOCKET": p.submitd_socket,
         "SLURM_ML_HOOK_TIMEOUT": str(p.hook_timeout_s),
     }
+    if p.submitd_key:  # a submitd started by hand from this file answers with the key
+        values["SLURM_ML_SUBMITD_KEY_FILE"] = p.submitd_key
     if p.dsn:
         values["SLURM_ML_DSN"] = p.dsn
     values.update(dict(p.extra_env))

@@ -60,7 +60,7 @@ def test_a_file_that_is_not_a_key_is_refused_not_trusted(tmp_path: Path) -> None
 
 
 def test_a_key_in_a_directory_that_does_not_exist_is_a_named_error(tmp_path: Path) -> None:
-    with pytest.raises(KeyFileError, match="cannot create"):
+    with pytest.raises(KeyFileError, match="cannot read or create"):
         load_or_create_key(tmp_path / "nowhere" / "submitd.key")
 
 
@@ -185,3 +185,50 @@ def test_the_submitd_unit_makes_and_passes_the_key(tmp_path: Path) -> None:
     assert "--key-file /var/lib/slurm-ml/submitd.key" in unit
     assert "StateDirectory=slurm-ml\nStateDirectoryMode=0750" in unit
     assert 'AUTH_KEY_PATH = "/var/lib/slurm-ml/submitd.key"' in files["job_submit.lua"].text
+
+
+@as_root
+def test_config_check_accepts_a_directory_submitds_user_owns(tmp_path: Path) -> None:
+    """install's /run/slurm-ml is SlurmUser's (systemd's RuntimeDirectory), mode 0750:
+    correct, though config check runs as root."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o750)
+    os.chown(run, 65534, 65534)
+    sock = str(run / "submitd.sock")
+    as_nobody = CliRunner().invoke(main, ["config", "check", str(DEFAULT_CONFIG),
+                                          "--submitd-socket", sock, "--submitd-user", "nobody"])
+    assert as_nobody.exit_code == 0, as_nobody.output
+    as_slurm = CliRunner().invoke(main, ["config", "check", str(DEFAULT_CONFIG),
+                                         "--submitd-socket", sock,
+                                         "--submitd-user", "no-such-user"])
+    assert as_slurm.exit_code == 2 and "owned by uid 65534" in as_slurm.output
+
+
+def test_a_directory_another_group_may_write_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o770)
+    other = 12345 if os.getegid() != 12345 else 12346
+    if os.geteuid() == 0:
+        os.chown(run, -1, other)
+        problem = socket_dir_problem(run / "s.sock")
+        assert problem is not None and f"writable by group {other}" in problem
+    assert socket_dir_problem(run / "s.sock", user_gid=other) is None
+
+
+def test_a_symlinked_key_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.key"
+    load_or_create_key(real)
+    link = tmp_path / "submitd.key"
+    link.symlink_to(real)
+    with pytest.raises(KeyFileError, match="symbolic link"):
+        load_or_create_key(link)
+
+
+def test_the_env_file_names_the_key_for_a_submitd_started_by_hand(tmp_path: Path) -> None:
+    from slurm_ml.deploy import bundle
+
+    p = bundle.InstallParams(conf_dir=tmp_path, config_path=tmp_path / "c.yaml",
+                             python="/usr/bin/python3", systemd_dir=None)
+    env = bundle.parse_env_text(bundle.env_text(p))
+    assert env["SLURM_ML_SUBMITD_KEY_FILE"] == "/var/lib/slurm-ml/submitd.key"
