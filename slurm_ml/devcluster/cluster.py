@@ -478,8 +478,10 @@ class DevCluster:
 
         daemons.wait_for("slurmd nodes", all_up, 120, interval_s=1)
         # A node Slurm itself set DOWN while its slurmd was away comes back; a drain stays,
-        # whoever set it: an admin's is theirs to lift, and slurm-ml's own is lifted by the
-        # product's resume after clean checks, as on a real cluster.
+        # whoever set it, as slurm-ml leaves every drain that is not its own on a real
+        # cluster. slurm-ml's own drains are lifted by clean periodic checks, which the
+        # dev cluster runs only when asked (`slurm-ml health periodic`); tests that drain
+        # a node put it back themselves (tests/integration/node_restore.py).
         for n in client.list_nodes():
             if n.drained:
                 self.say(f"      {n.name} stays drained ({n.reason or 'no reason'}): "
