@@ -25,6 +25,7 @@ from slurm_jobs import daemon_config, daemon_once, show, wait_state
 from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
+from slurm_ml.store.migrate import migrate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
@@ -98,6 +99,9 @@ def test_a_team_below_its_entitlement_reclaims_where_window_ratios_would_not(
 
     # the premise: over the window vision is not under-served (window rules: no requeue
     # for it), yet it runs nothing now and nlp runs above its entitlement
+    # budget status reads the daemon's tables, and no daemon has run on this database yet
+    # (an unmigrated database is one that could not be read: exit 1)
+    migrate(pg_module_dsn)
     standing = budget(cfgs["on"], pg_module_dsn)
     det, pre = standing["detection"], standing["llm-pretrain"]
     assert det["ratio"] is not None and det["ratio"] >= 1, standing
