@@ -25,9 +25,10 @@ END = "<!-- envvars: end -->\n"
 REGEN = ".venv/bin/python -c 'from slurm_ml import envvars; print(envvars.markdown(), end=\"\")'"
 
 #: Read by tests or the test runner only (never by slurm-ml), so not settings: they stay
-#: out of the table (SLURM_ML_TEST_SERIAL: devcluster/test-all.sh, one pytest run).
+#: out of the table (SLURM_ML_TEST_SERIAL: devcluster/test-all.sh, one pytest run; the two
+#: corpus folders: tests/unit/test_fault_corpus.py, test_sbatch_corpus.py and .ci/run).
 TEST_ONLY = {"SLURM_ML_REGEN_EXAMPLES", "SLURM_ML_COMPOSE_KEEP", "SLURM_ML_FAULT_CORPUS",
-             "SLURM_ML_TEST_SERIAL"}
+             "SLURM_ML_SBATCH_CORPUS", "SLURM_ML_TEST_SERIAL"}
 #: Where the repository talks about its variables, outside tests/.
 SCANNED = ["slurm_ml", "devcluster", "docs", "examples", "benchmarks", "README.md",
            "CHANGELOG.md", "Makefile", "docker-compose.yml"]

@@ -1,16 +1,21 @@
 """Real sbatch scripts from public repositories through the real admission policy.
 
-``tests/fixtures/sbatch/`` holds GPU job scripts copied from public repositories
-(``SOURCES.md`` says where from, under which licence, and what was trimmed) and
-``expected.yaml`` the outcome an experienced admin wants for each on the dev cluster's
-nodes. Each script goes the way ``slurm-ml submit-check`` sends it: ``sbatch_args`` turns
-its ``#SBATCH`` lines into the job_desc fields the shim would forward, and
-``submitd.check`` runs them through ``PolicyServer`` with the dev cluster's config
-(``slurm_ml.assets.DEFAULT_CONFIG``), no database.
+The scripts are third-party data and stay out of the repository: they are read in place
+from ``../shared/data/sbatch/`` beside the repository root (``$SLURM_ML_SBATCH_CORPUS``
+names another folder), which also holds their ``SOURCES.md``. The project's own record is
+``docs/research/sbatch-corpus/``: ``SOURCES.md`` (origin, licence, the lines kept, what
+each asks for) and ``expected.yaml``, the outcome an experienced admin wants for each on
+the dev cluster's nodes. Without the folder the record is still checked and the tests
+that need the scripts skip, naming the folder they looked for. Each script goes the way
+``slurm-ml submit-check`` sends it: ``sbatch_args`` turns its ``#SBATCH`` lines into the
+job_desc fields the shim would forward, and ``submitd.check`` runs them through
+``PolicyServer`` with the dev cluster's config (``slurm_ml.assets.DEFAULT_CONFIG``), no
+database.
 
-Where today's admission is known to get a script wrong (issue 14), ``expected.yaml``
-names the class in ``known_wrong`` and the case is a strict xfail: the day admission gets
-it right the test fails with XPASS, and the marker has to go.
+Where today's admission is known to get a script wrong, ``expected.yaml`` names the class
+in ``known_wrong`` (or ``fix_known_wrong``, ``advice_known_wrong``) and the case is a
+strict xfail: the day admission gets it right the test fails with XPASS, and the marker
+has to go.
 
 The judge of an accepted job is Slurm's own arithmetic, done here on the job as admission
 rewrote it: how many GPUs it gets (``--gpus-per-node`` with ``--gpus-per-task`` on the
@@ -21,6 +26,7 @@ node must have, and whether enough nodes of the dev cluster have that.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,8 +47,16 @@ from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import NO_VAL, NO_VAL16
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sbatch"
-EXPECTED: dict[str, Any] = yaml.safe_load((CORPUS / "expected.yaml").read_text())
+REPO = Path(__file__).resolve().parents[2]
+RECORD = REPO / "docs" / "research" / "sbatch-corpus"
+#: The scripts, read in place: third-party data never enters the repository.
+CORPUS = Path(os.environ.get("SLURM_ML_SBATCH_CORPUS")
+              or REPO.parent / "shared" / "data" / "sbatch").resolve()
+needs_corpus = pytest.mark.skipif(
+    not CORPUS.is_dir(),
+    reason=f"no sbatch corpus at {CORPUS} (set SLURM_ML_SBATCH_CORPUS to the folder of "
+           f"the scripts): they are kept out of the repository (module doc)")
+EXPECTED: dict[str, Any] = yaml.safe_load((RECORD / "expected.yaml").read_text())
 CASES: dict[str, dict[str, Any]] = EXPECTED["cases"]
 CFG = load_config(DEFAULT_CONFIG)
 VERDICTS = {"accept", "reject", "keep-or-reject", "sbatch-refuses"}
@@ -230,6 +244,7 @@ def _mentions(outcome: Outcome, words: list[str]) -> list[str]:
             for w in words if w.lower() not in text]
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", _params("known_wrong"))
 def test_admission_does_what_an_admin_wants(name: str) -> None:
     case = CASES[name]
@@ -255,6 +270,7 @@ def test_admission_does_what_an_admin_wants(name: str) -> None:
     assert not problems, f"{name}: " + "; ".join(problems)
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", _params("advice_known_wrong", {"reject"}, "message_avoids"))
 def test_rejection_advice_is_in_the_scripts_own_terms(name: str) -> None:
     """A rejection's advice names options the script uses, not ones it would have to add."""
@@ -265,6 +281,7 @@ def test_rejection_advice_is_in_the_scripts_own_terms(name: str) -> None:
     assert not bad, f"{name}: the advice speaks of {bad}: {message!r}"
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", _params("fix_known_wrong", {"reject", "keep-or-reject"}, "fix"))
 def test_the_fix_an_admin_would_give_is_accepted(name: str) -> None:
     case = CASES[name]
@@ -279,19 +296,28 @@ def test_the_fix_an_admin_would_give_is_accepted(name: str) -> None:
 
 # ------------------------------------------------------------------ the corpus itself
 
-def _sources_rows() -> set[str]:
-    text = (CORPUS / "SOURCES.md").read_text()
+def _sources_rows(sources: Path) -> set[str]:
+    text = sources.read_text()
     return set(re.findall(r"^\|\s*`([^`]+\.sbatch)`\s*\|", text, flags=re.MULTILINE))
 
 
+def test_the_record_lists_a_source_for_every_expected_outcome() -> None:
+    """The record is checked everywhere, with or without the scripts."""
+    assert len(CASES) >= 25
+    rows = _sources_rows(RECORD / "SOURCES.md")
+    assert rows == set(CASES), (f"no SOURCES.md row: {sorted(set(CASES) - rows)}; "
+                                f"row for no expected.yaml entry: {sorted(rows - set(CASES))}")
+
+
+@needs_corpus
 def test_every_script_has_a_source_and_an_expected_outcome_and_nothing_else_does() -> None:
     files = {p.name for p in CORPUS.glob("*.sbatch")}
-    assert len(files) >= 25
     assert files == set(CASES), (f"no expected.yaml entry: {sorted(files - set(CASES))}; "
                                  f"no such file: {sorted(set(CASES) - files)}")
-    assert files == _sources_rows(), (
-        f"no SOURCES.md row: {sorted(files - _sources_rows())}; "
-        f"row for no file: {sorted(_sources_rows() - files)}")
+    # the folder's own SOURCES.md travels with the scripts and must cover them too
+    rows = _sources_rows(CORPUS / "SOURCES.md")
+    assert files == rows, (f"no row in {CORPUS / 'SOURCES.md'}: {sorted(files - rows)}; "
+                           f"row for no file: {sorted(rows - files)}")
 
 
 @pytest.mark.parametrize("name", sorted(CASES), ids=lambda n: n.removesuffix(".sbatch"))
@@ -308,6 +334,12 @@ def test_expected_entries_are_complete(name: str) -> None:
         assert set(case["fixed"]) <= KEEP_KEYS | {"needs", "message_mentions"}
     if "fix_known_wrong" in case:
         assert "fix" in case
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(CASES), ids=lambda n: n.removesuffix(".sbatch"))
+def test_script_is_an_sbatch_script(name: str) -> None:
+    """Only the script that sbatch refuses may lack the ``#!`` line sbatch requires."""
     script = _script(name)
-    assert script.startswith("#!") or case["verdict"] == "sbatch-refuses"
+    assert script.startswith("#!") or CASES[name]["verdict"] == "sbatch-refuses"
     assert re.search(r"^#SBATCH", script, flags=re.MULTILINE)
