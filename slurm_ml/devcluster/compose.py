@@ -318,7 +318,8 @@ class Role:
         cluster._as_postgres([cluster._pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                               "stop"])
         return ["runuser", "-u", "postgres", "--", cluster._pg_bin("postgres"), "-D", str(data),
-                "-p", str(lay.ports.postgres), "-k", str(lay.run), "-c", "listen_addresses=*"]
+                "-p", str(lay.ports.postgres), "-k", str(lay.pg_socket_dir),
+                "-c", "listen_addresses=*"]
 
     def dbd(self) -> list[str]:
         self.dirs()
@@ -399,7 +400,8 @@ class Role:
             return ok(["mariadb-admin", "--no-defaults", f"--socket={lay.mysql_socket}",
                        "-u", "root", "ping"])
         if role == "postgres":
-            return ok(["pg_isready", "-q", "-h", str(lay.run), "-p", str(lay.ports.postgres)])
+            return ok(["pg_isready", "-q", "-h", str(lay.pg_socket_dir), "-p",
+                       str(lay.ports.postgres)])
         if role == "dbd":
             return ok(["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"])
         if role == "ctld":
