@@ -69,10 +69,18 @@ def _compose_cmd() -> list[str]:
 COMPOSE: list[str] = []
 
 
+#: Debian's docker-compose (v1) gives up on any one engine request after 60 s; on the vfs
+#: storage driver removing a container deletes a full copy of the image (about 1.4 GB),
+#: and `down` removing nine at once on 2 cores was seen to take longer. The test's own
+#: timeouts bound the run instead.
+COMPOSE_ENV = {"COMPOSE_HTTP_TIMEOUT": "600"}
+
+
 def compose(*args: str, timeout: float = 120, check: bool = True
             ) -> subprocess.CompletedProcess[str]:
-    return sh(*COMPOSE, "-p", PROJECT, "-f", str(REPO / "docker-compose.yml"), *args,
-              timeout=timeout, check=check)
+    return subprocess.run([*COMPOSE, "-p", PROJECT, "-f", str(REPO / "docker-compose.yml"),
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          check=check, env={**os.environ, **COMPOSE_ENV})
 
 
 def _project(kind: str) -> list[str]:
@@ -243,7 +251,7 @@ def test_a_reconciler_cycle_and_budget_status(cluster: None) -> None:
 def test_zz_down_removes_containers_networks_and_volumes(cluster: None) -> None:
     if os.environ.get("SLURM_ML_COMPOSE_KEEP") == "1":
         pytest.skip("SLURM_ML_COMPOSE_KEEP=1: the cluster stays up")
-    compose("down", "-v", "--remove-orphans", timeout=300)
+    compose("down", "-v", "--remove-orphans", timeout=900)
     assert _project("container") == []
     assert _project("network") == []
     assert _project("volume") == []
