@@ -12,7 +12,6 @@ fresh database with a lock key of its own.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from woken_daemon import stop
 
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
@@ -87,21 +87,6 @@ def wait_for(what: str, ok: Callable[[], bool], log: Path, timeout_s: float = 60
 def alive(pid: int) -> bool:
     done, _status = os.waitpid(pid, os.WNOHANG)
     return done == 0
-
-
-def stop(pid: int) -> int:
-    """SIGTERM (SIGKILL after 30 s); the exit status."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
-    _done, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 @pytest.fixture

@@ -87,15 +87,16 @@ def woken_daemon(cfg: Path, dsn: str, log: Path) -> Iterator[Path]:
             default.start_submitd()
 
 
-def stop(pid: int) -> None:
-    """SIGTERM, then SIGKILL after 30 s."""
+def stop(pid: int) -> int:
+    """SIGTERM, then SIGKILL after 30 s; the exit status."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return
+            return os.waitstatus_to_exitcode(status)
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    _done, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
