@@ -23,7 +23,8 @@ _SOCKET_HELP = ("submitd's Unix socket "
                 "(default $SLURM_ML_SUBMITD_SOCKET or /run/slurm-ml/submitd.sock).")
 
 
-def _socket_path(value: str | None) -> Path:
+def submitd_socket(value: str | None) -> Path:
+    """submitd's socket: ``--socket``, else $SLURM_ML_SUBMITD_SOCKET, else the default."""
     from slurm_ml.submitd.run import DEFAULT_SOCKET
 
     return Path(value or env("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
@@ -63,7 +64,7 @@ def submitd_cmd(config_path: str | None, socket_path: str | None, group: str | N
     cfg = load_config_or_exit(path)
     try:
         key = key_file or env("SLURM_ML_SUBMITD_KEY_FILE")
-        run_submitd(cfg, path, _socket_path(socket_path), group=group, dsn=dsn,
+        run_submitd(cfg, path, submitd_socket(socket_path), group=group, dsn=dsn,
                     key_file=Path(key) if key else None)
     except (SubmitdError, OSError) as exc:
         fail(str(exc))
@@ -85,7 +86,7 @@ def submitd_ctl(action: str, socket_path: str | None, as_json: bool) -> None:
     from slurm_ml.submitd.client import SubmitdUnavailable, ask
 
     try:
-        reply = ask(_socket_path(socket_path), {"v": 1, "op": action})
+        reply = ask(submitd_socket(socket_path), {"v": 1, "op": action})
     except SubmitdUnavailable as exc:
         fail(str(exc), EXIT_NOT_READY)
     if reply.get("action") == "error":

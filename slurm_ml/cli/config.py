@@ -37,19 +37,16 @@ def _socket_errors(socket: str | None, user: str) -> list[str]:
     directory others may write (submitd refuses to start there too), judged for
     submitd's ``user`` (root alone when no such user exists here)."""
     import pwd
-    from pathlib import Path
 
-    from slurm_ml.envvars import env
+    from slurm_ml.cli.admission import submitd_socket
     from slurm_ml.submitd.auth import socket_dir_problem
-    from slurm_ml.submitd.run import DEFAULT_SOCKET
 
     try:
         account = pwd.getpwnam(user)
         uid, gid = account.pw_uid, account.pw_gid
     except KeyError:
         uid = gid = 0
-    path = Path(socket or env("SLURM_ML_SUBMITD_SOCKET") or DEFAULT_SOCKET)
-    problem = socket_dir_problem(path, user_uid=uid, user_gid=gid)
+    problem = socket_dir_problem(submitd_socket(socket), user_uid=uid, user_gid=gid)
     return [] if problem is None else [problem]
 
 

@@ -269,19 +269,23 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         super().__init__(str(path), _Handler)
 
 
-def _claim_socket_path(path: Path) -> None:
-    """Remove a stale socket left by a crash; refuse if another submitd is listening, or
-    if the directory would let someone else bind the path once submitd stops."""
+def _require_private_dir(path: Path) -> None:
+    """Refuse a socket directory that would let someone else bind the path once submitd
+    stops (:func:`~slurm_ml.submitd.auth.socket_dir_problem`)."""
     problem = socket_dir_problem(path)
     if problem is not None:
         raise SubmitdError(f"refusing to listen on {path}: {problem}")
+
+
+def _claim_socket_path(path: Path) -> None:
+    """Remove a stale socket left by a crash; refuse if another submitd is listening, or
+    if the directory would let someone else bind the path once submitd stops."""
+    _require_private_dir(path)
     if not path.exists() and not path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True)
         # Again once it exists: under a parent others may write (sticky /tmp), someone
         # else may have made the directory between the check and the mkdir.
-        problem = socket_dir_problem(path)
-        if problem is not None:
-            raise SubmitdError(f"refusing to listen on {path}: {problem}")
+        _require_private_dir(path)
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
         raise SubmitdError(f"{path} exists and is not a socket; refusing to replace it")
