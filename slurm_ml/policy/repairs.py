@@ -39,7 +39,9 @@ from slurm_ml.policy.quarantine import (
 )
 
 __all__ = [
+    "DRAIN_NOW",
     "FINDING_SEVERITIES",
+    "HOOK_DRAIN_GRACE_S",
     "LOOKBACK_S",
     "PASS_CHECK",
     "BreakerView",
@@ -55,12 +57,20 @@ __all__ = [
     "plan_repairs",
 ]
 
+#: The severity of a finding its hook drains the node for at once (through the breakers).
+DRAIN_NOW = "drain"
 #: Severities of a finding that drains the node (after its jobs, or at once).
-FINDING_SEVERITIES = frozenset({"drain_after_job", "drain"})
+FINDING_SEVERITIES = frozenset({"drain_after_job", DRAIN_NOW})
 #: The health event a clean periodic check records: it ends a finding.
 PASS_CHECK = "health.pass"
 #: How far back findings are read: periodic checks run far more often than this.
 LOOKBACK_S = 3600
+#: How long a drain-now finding stays its hook's to act on: the hook drains the node
+#: itself within its own limit (the wrapper kills it at 50 s; PrologEpilogTimeout is set
+#: above that). Draining it from here sooner races the hook, and the faster of the two
+#: sets the reason; after this, a node still in service with the finding (a breaker
+#: refused, or Slurm could not be asked) is the repair's.
+HOOK_DRAIN_GRACE_S = 90
 
 Cause = Literal["finding", "maintenance"]
 #: requeue: requeued now; protected: waits until its protection ends; finishes: not
@@ -89,6 +99,7 @@ class NodeFinding:
     check_id: str
     message: str
     at: int
+    severity: str = "drain_after_job"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +179,14 @@ def current_findings(events: Iterable[NodeEvent]) -> dict[str, list[NodeFinding]
     out: dict[str, list[NodeFinding]] = {}
     for e in evs:
         if e.severity in FINDING_SEVERITIES and e.at > last_pass.get(e.node, -1):
-            out.setdefault(e.node, []).append(NodeFinding(e.node, e.check_id, e.message, e.at))
+            out.setdefault(e.node, []).append(NodeFinding(e.node, e.check_id, e.message, e.at,
+                                                               e.severity))
     return out
+
+
+def _hooks_own(finding: NodeFinding, now: int) -> bool:
+    """Whether ``finding`` is still its hook's to drain for (see HOOK_DRAIN_GRACE_S)."""
+    return finding.severity == DRAIN_NOW and now - finding.at < HOOK_DRAIN_GRACE_S
 
 
 def maintenance_match(reason: str, patterns: Sequence[str]) -> str | None:
@@ -247,6 +264,9 @@ def plan_repairs(now: int, nodes: Sequence[Node], jobs: Sequence[Job],
                    if node.drained else None)
         if not mine or (not found and pattern is None):
             continue
+        if (not node.drained and found and pattern is None
+                and all(_hooks_own(f, now) for f in found)):
+            continue  # the hook that found it is draining the node itself
         cause: Cause = "finding" if found else "maintenance"
         checks = ", ".join(dict.fromkeys(f.check_id for f in found))
         why = (f"drains after job for {checks}" if found

@@ -14,8 +14,10 @@ from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import JobState, Node
 from slurm_ml.policy.repairs import (
+    HOOK_DRAIN_GRACE_S,
     NodeEvent,
     NodeFinding,
+    RepairPlan,
     current_findings,
     maintenance_match,
     plan_repairs,
@@ -143,6 +145,47 @@ def test_an_open_breaker_alarm_refuses_the_drain_and_so_the_requeue() -> None:
                       breaker=breaker)
     assert rp.drains == () and rp.requeues == ()
     assert rp.nodes[0].jobs[0].kind == "breaker"
+
+
+def _drain_now(at: int) -> dict[str, list[NodeFinding]]:
+    return {"gpu05": [NodeFinding("gpu05", "nvlink.active_links", "gpu6 (0/12 active)", at,
+                                  "drain")]}
+
+
+def test_a_fresh_drain_now_finding_is_left_to_the_hook_that_drains_for_it() -> None:
+    # The prolog records its finding, then drains through the breakers; with the job
+    # already RUNNING (PrologFlags=Alloc), a cycle in between must not drain it first
+    # with another reason.
+    for age in (0, HOOK_DRAIN_GRACE_S - 1):
+        rp = plan_repairs(NOW, _nodes(), [_running(1)], _drain_now(NOW - age), CFG,
+                          budget_left=100, breaker=_no_history())
+        assert rp == RepairPlan((), (), ()), age
+
+
+def test_a_drain_now_finding_the_hook_did_not_act_on_is_the_repairs_after_the_grace() -> None:
+    rp = plan_repairs(NOW, _nodes(), [_running(1)], _drain_now(NOW - HOOK_DRAIN_GRACE_S),
+                      CFG, budget_left=100, breaker=_no_history())
+    assert [d.node for d in rp.drains] == ["gpu05"]
+    assert rp.drains[0].reason.startswith("slurm-ml: nvlink.active_links")
+
+
+def test_a_drained_node_with_a_fresh_drain_now_finding_is_repaired_at_once() -> None:
+    drained = _nodes(gpu05="slurm-ml: nvlink.active_links gpu6 (0/12 active)")
+    rp = plan_repairs(NOW, drained, [_running(1, ran_s=2 * HOUR)], _drain_now(NOW), CFG,
+                      budget_left=100)
+    assert [r.job_id for r in rp.requeues] == [1]
+
+
+def test_a_fresh_drain_after_job_finding_drains_at_once() -> None:
+    rp = plan_repairs(NOW, _nodes(), [_running(1)],
+                      {"gpu05": [replace(FINDING["gpu05"][0], at=NOW)]}, CFG,
+                      budget_left=100, breaker=_no_history())
+    assert [d.node for d in rp.drains] == ["gpu05"]
+
+
+def test_current_findings_keep_the_severity() -> None:
+    ev = [NodeEvent("gpu05", "nvlink.active_links", "drain", "m", NOW - 5)]
+    assert current_findings(ev)["gpu05"][0].severity == "drain"
 
 
 def test_config_refuses_a_bad_maintenance_pattern() -> None:
