@@ -147,8 +147,12 @@ main() {
     say "network: $NET (internal bridge: nothing leaves this machine)"
     docker network create --internal "$NET" >/dev/null
     say "container: $NAME (caps SYS_ADMIN SYS_NICE SYS_PTRACE, seccomp unconfined)"
+    # The third-party data kit beside the checkout, read in place (the tests and the dev
+    # cluster look for it at ../shared/data from /work).
+    local kit=()
+    [ -d "$(dirname "$REPO")/shared/data" ] && kit=(-v "$(dirname "$REPO")/shared/data:/shared/data:ro")
     docker run -d --name "$NAME" --label "slurm-ml.debian13=$$" --hostname trixie \
-        --network "$NET" \
+        --network "$NET" "${kit[@]}" \
         --cap-add SYS_ADMIN --cap-add SYS_NICE --cap-add SYS_PTRACE \
         --security-opt seccomp=unconfined --tmpfs /run --tmpfs /tmp:exec \
         -v "$REPO:/src:ro" "$IMAGE" sleep infinity >/dev/null

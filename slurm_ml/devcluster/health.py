@@ -5,6 +5,9 @@ The dev nodes have no GPUs, so their probe is ``ReplayProbe`` over real captures
 the checkout's ``data/gpu`` (``$SLURM_ML_GPU_DATA`` elsewhere), copied into
 ``.devcluster/health/<node>/``; the hooks find them through ``$SLURM_ML_REPLAY_DIR``.
 Each node starts with the healthy captures of its class (:func:`healthy_captures`).
+``data/gpu`` holds only captures from repositories' own test data; those taken from issue
+threads are third-party data read in place from the kit beside the checkout,
+``../shared/data/gpu`` (:func:`find_capture`).
 
 Which captures, and why (no capture of the exact dev hardware exists; never edited):
 
@@ -21,7 +24,9 @@ Which captures, and why (no capture of the exact dev hardware exists; never edit
   for them, which never drain. The a100-40g nodes replay 80 GB captures; no check reads
   the memory size.
 * **V100 PCIe x4 class** (v100-pcie: 4 GPUs, no NVLink, topology not checked):
-  ``topo/missalign106_l40s_x4_pcie_nic_topo.txt``, a healthy 4-GPU PCIe-only box (L40S).
+  ``topo/missalign106_l40s_x4_pcie_nic_topo.txt``, a healthy 4-GPU PCIe-only box (L40S),
+  from an issue thread, so read from ``../shared/data/gpu``; without that kit these nodes
+  replay nothing and their checks drain them (``probe.error``).
   It is the only capture with 4 GPUs and no NVLink; no -q capture of a 4-GPU PCIe node
   exists (the Volta ones are a single TITAN V and an 8-GPU page-retirement excerpt), so
   here too the -q readings are not read (FLAGs only).
@@ -59,11 +64,13 @@ __all__ = [
     "PCIE_4",
     "FaultResult",
     "clear_fault",
+    "find_capture",
     "gpu_data_dir",
     "healthy_captures",
     "hook_env",
     "inject_fault",
     "node_health",
+    "shared_gpu_data",
     "sync_healthy",
 ]
 
@@ -90,6 +97,23 @@ def gpu_data_dir(default: Path | None = None) -> Path:
                               "of slurm-ml (data/gpu); set $SLURM_ML_GPU_DATA to a directory "
                               "holding them")
     return root / "data" / "gpu"
+
+
+def shared_gpu_data() -> Path | None:
+    """The data kit's ``gpu/`` beside the checkout (``../shared/data/gpu``), read in place:
+    the captures taken from issue threads live only there. None without a checkout."""
+    root = checkout_root()
+    return None if root is None else root.parent / "shared" / "data" / "gpu"
+
+
+def find_capture(rel: str, data: Path) -> Path | None:
+    """``rel`` under ``data``, else under the kit beside the checkout; None if neither
+    holds it."""
+    kit = shared_gpu_data()
+    for base in (data, kit):
+        if base is not None and (base / rel).is_file():
+            return base / rel
+    return None
 
 
 def healthy_captures(node_class: NodeClass, nvlink_links: int) -> tuple[str, ...]:
@@ -120,18 +144,23 @@ def _captures(directory: Path) -> list[Path]:
 
 def _copy_healthy(cfg: Config, layout: Layout, node: str, data: Path) -> list[str]:
     want = _healthy_for(cfg, node)
-    missing = [rel for rel in want if not (data / rel).is_file()]
+    found = {rel: find_capture(rel, data) for rel in want}
+    missing = [rel for rel, path in found.items() if path is None]
     if missing:
-        raise DevClusterError(f"captures not found under {data}: {', '.join(missing)} "
-                              f"(set $SLURM_ML_GPU_DATA to the data kit's gpu/ directory)")
+        kit = shared_gpu_data()
+        raise DevClusterError(f"captures not found under {data}"
+                              + (f" or {kit}" if kit is not None else "")
+                              + f": {', '.join(missing)} (set $SLURM_ML_GPU_DATA to the "
+                              f"data kit's gpu/ directory)")
     d = layout.health / node
     d.mkdir(parents=True, exist_ok=True)
     names = {Path(rel).name for rel in want}
     for p in _captures(d):
         if p.name not in names:
             p.unlink()
-    for rel in want:
-        src, dst = data / rel, d / Path(rel).name
+    for rel, src in found.items():
+        assert src is not None
+        dst = d / Path(rel).name
         if not dst.exists() or dst.read_bytes() != src.read_bytes():
             shutil.copyfile(src, dst)
             dst.chmod(0o644)
@@ -141,18 +170,25 @@ def _copy_healthy(cfg: Config, layout: Layout, node: str, data: Path) -> list[st
 
 def sync_healthy(cfg: Config, layout: Layout, *, data: Path | None = None) -> list[str]:
     """Give every node without an injected fault its healthy captures; the nodes whose
-    fault was kept."""
+    fault was kept. A node whose captures cannot be found is left without and named in
+    one DevClusterError, raised after every other node got its captures."""
     data = data or gpu_data_dir()
     kept = []
+    problems = []
     for node in cfg.all_nodes():
         if (layout.health / node / FAULT_FILE).exists():
             kept.append(node)
-        else:
+            continue
+        try:
             _copy_healthy(cfg, layout, node, data)
+        except DevClusterError as exc:
+            problems.append(f"{node}: {exc}")
     for node in cfg.all_nodes():
         shm = layout.shm / node
         shm.mkdir(parents=True, exist_ok=True)
         shm.chmod(0o1777)
+    if problems:
+        raise DevClusterError("; ".join(problems))
     return kept
 
 
@@ -170,17 +206,22 @@ class FaultResult:
 
 
 def _resolve(capture: str, data: Path) -> Path:
-    """A path as given, else relative to the data kit, else a unique file name in it."""
-    for p in (Path(capture), data / capture):
-        if p.is_file():
-            return p
-    found = sorted(data.rglob(Path(capture).name)) if data.is_dir() else []
-    if len(found) == 1:
-        return found[0]
-    if found:
-        raise DevClusterError(f"{capture}: several captures have that name: "
-                              + ", ".join(str(p.relative_to(data)) for p in found))
-    raise DevClusterError(f"{capture}: no such capture (a path, or a name under {data})")
+    """A path as given, else relative to the data kit (or the kit beside the checkout),
+    else a unique file name in one of them."""
+    if Path(capture).is_file():
+        return Path(capture)
+    if (p := find_capture(capture, data)) is not None:
+        return p
+    kit = shared_gpu_data()
+    for base in (b for b in (data, kit) if b is not None):
+        found = sorted(base.rglob(Path(capture).name)) if base.is_dir() else []
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise DevClusterError(f"{capture}: several captures have that name: "
+                                  + ", ".join(str(p.relative_to(base)) for p in found))
+    where = f"{data}" + (f" or {kit}" if kit is not None else "")
+    raise DevClusterError(f"{capture}: no such capture (a path, or a name under {where})")
 
 
 def _verdict(cfg: Config, directory: Path, node: str) -> str:

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gpu_data import GPU_DATA, capture
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(DEFAULT_CONFIG)
-GPU_DATA = REPO / "data" / "gpu"
 
 
 def captures(tmp: Path, *rels: str) -> str:
     d = tmp / "captures"
     d.mkdir(exist_ok=True)
     for rel in rels:
-        shutil.copy(GPU_DATA / rel, d / Path(rel).name)
+        shutil.copy(capture(rel), d / Path(rel).name)
     return str(d)
 
 
@@ -172,7 +172,7 @@ def test_inference_rules() -> None:
     from slurm_ml.health.report import infer_expectations
 
     def infer(*rels: str) -> tuple[int, int, str | None]:
-        snap = ReplayProbe.from_files([GPU_DATA / r for r in rels]).base
+        snap = ReplayProbe.from_files([capture(r) for r in rels]).base
         e = infer_expectations(snap)
         return e.gpu_count, e.nvlink_links_per_gpu, e.expected_topology_cell
 

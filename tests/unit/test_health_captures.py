@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from gpu_data import FROM_THREADS, GPU_DATA, capture
 
 from slurm_ml.health.checks import Expectations, Finding, Severity, Thresholds, check_node
 from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.replay.errors import CaptureError
 
-GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 DRAIN, AFTER, FLAG = Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.FLAG
 Row = tuple[str, Severity, int | None]
 
@@ -196,7 +196,7 @@ def judged(findings: list[Finding]) -> list[Row]:
 
 
 def replay(rel: str) -> ReplayProbe:
-    return ReplayProbe.from_files([GPU_DATA / rel])
+    return ReplayProbe.from_files([capture(rel)])
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=Path(c.path).name) for c in CASES])
@@ -229,7 +229,13 @@ def test_every_capture_is_in_the_table_or_not_judged() -> None:
     listed = [c.path for c in CASES]
     assert len(listed) == len(set(listed)), "a capture is listed twice"
     assert not set(listed) & set(NOT_JUDGED)
-    assert on_disk == set(listed) | set(NOT_JUDGED)
+    assert on_disk | FROM_THREADS == set(listed) | set(NOT_JUDGED)
+
+
+def test_no_capture_from_an_issue_thread_is_in_the_repository() -> None:
+    assert not [rel for rel in FROM_THREADS if (GPU_DATA / rel).exists()]
+    sources = (GPU_DATA.parent / "SOURCES.md").read_text()
+    assert not [rel for rel in FROM_THREADS if f"`{rel.split('/')[1]}`" in sources]
 
 
 def test_checks_still_catch_faults_without_the_false_positive_fixes() -> None:
@@ -245,7 +251,7 @@ def test_same_host_captures_combine(tmp_path: Path) -> None:
     in one directory the Xid lands on GPU 0 by its bus id."""
     for rel in ("ecc/mleng_a100x8_q_excerpt_remap_pending.txt",
                 "xid/mleng_xid63_row_remapper_line.log"):
-        shutil.copy(GPU_DATA / rel, tmp_path / Path(rel).name)
+        shutil.copy(capture(rel), tmp_path / Path(rel).name)
     snap = ReplayProbe.from_dir(tmp_path).snapshot("node01")
     assert judged(check_node(snap, A100_SXM_8, Thresholds())) == [
         ("remap.pending", AFTER, 0), ("xid.63", FLAG, 0)]

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from gpu_data import capture
 
 from slurm_ml.health.checks import Expectations, Severity, Thresholds, check_node
 from slurm_ml.health.probe import GpuProbe
@@ -18,7 +19,6 @@ from slurm_ml.health.probe_replay import ReplayProbe, build_snapshot, classify
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent
 
-GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 H800 = ("smi-q/llmaction_h800_q_gpu0_525.105.17.txt",
         "nvlink/llmaction_h800x8_nvlink_status_elided.txt",
         "topo/llmaction_h800x8_nv8_nic_topo_pastedamaged.txt",
@@ -30,12 +30,12 @@ def put(tmp: Path, *rels: str, as_names: tuple[str, ...] = ()) -> Path:
     """Copy captures into tmp; ``as_names`` renames them (kind comes from content)."""
     for k, rel in enumerate(rels):
         name = as_names[k] if k < len(as_names) else Path(rel).name
-        shutil.copy(GPU_DATA / rel, tmp / name)
+        shutil.copy(capture(rel), tmp / name)
     return tmp
 
 
 def text(rel: str) -> str:
-    return (GPU_DATA / rel).read_text()
+    return (capture(rel)).read_text()
 
 
 @pytest.mark.parametrize(("rel", "kind"), [

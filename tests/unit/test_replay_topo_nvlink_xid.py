@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from gpu_data import FROM_THREADS, GPU_DATA, capture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,8 +37,11 @@ from slurm_ml.health.replay.xid import (
 )
 from slurm_ml.health.snapshot import NOT_SUPPORTED, NvLink
 
-GPU_DATA = Path(__file__).resolve().parents[2] / "data" / "gpu"
 TOPO, NVLINK, XID = GPU_DATA / "topo", GPU_DATA / "nvlink", GPU_DATA / "xid"
+
+
+def _at(kind: str, name: str) -> Path:
+    return capture(f"{kind}/{name}")
 
 
 def _read(path: Path) -> str:
@@ -85,7 +89,7 @@ TOPO_TABLE: dict[str, TopoFacts] = {
 @pytest.mark.parametrize("name", sorted(TOPO_TABLE), ids=sorted(TOPO_TABLE))
 def test_topo_capture(name: str) -> None:
     facts = TOPO_TABLE[name]
-    matrix = parse_topo_matrix(_read(TOPO / name))
+    matrix = parse_topo_matrix(_read(_at("topo", name)))
     assert matrix.gpus == tuple(f"GPU{i}" for i in range(facts.gpus))
     assert matrix.kind == facts.kind
     assert matrix.nics == facts.nics
@@ -99,7 +103,7 @@ def test_topo_capture(name: str) -> None:
 
 def test_topo_nvlink_count_per_capture() -> None:
     counts = {
-        name: {nvlink_count(c) for c in parse_topo_matrix(_read(TOPO / name)).links.values()}
+        name: {nvlink_count(c) for c in parse_topo_matrix(_read(_at("topo", name))).links.values()}
         for name in TOPO_TABLE
     }
     assert counts["mleng_a100x8_nv12_topo.txt"] == {12}
@@ -111,8 +115,8 @@ def test_topo_nvlink_count_per_capture() -> None:
 
 
 def test_topo_damaged_paste_matches_the_clean_capture_of_the_same_node() -> None:
-    clean = parse_topo_matrix(_read(TOPO / "llmaction_a800x8_nv8_nic_topo.txt"))
-    damaged = parse_topo_matrix(_read(TOPO / "llmaction_h800x8_nv8_nic_topo_pastedamaged.txt"))
+    clean = parse_topo_matrix(_read(_at("topo", "llmaction_a800x8_nv8_nic_topo.txt")))
+    damaged = parse_topo_matrix(_read(_at("topo", "llmaction_h800x8_nv8_nic_topo_pastedamaged.txt")))
     assert damaged == clean
 
 
@@ -128,7 +132,7 @@ def _cut_lines(text: str, keep: int) -> str:
 
 
 def test_topo_missing_rows_are_reported_not_invented() -> None:
-    text = _cut_lines(_read(TOPO / "mleng_a100x8_nv12_topo.txt"), 1 + 5)  # header + GPU0..4
+    text = _cut_lines(_read(_at("topo", "mleng_a100x8_nv12_topo.txt")), 1 + 5)  # header + GPU0..4
     matrix = parse_topo_matrix(text)
     assert matrix.gpus == tuple(f"GPU{i}" for i in range(8))
     assert "no row for GPU5" in matrix.problems
@@ -137,7 +141,7 @@ def test_topo_missing_rows_are_reported_not_invented() -> None:
 
 
 def test_topo_short_row_and_junk_cells_are_dropped_with_a_note() -> None:
-    lines = _read(TOPO / "mleng_h100x8_nv18_topo.txt").splitlines()
+    lines = _read(_at("topo", "mleng_h100x8_nv18_topo.txt")).splitlines()
     lines[3] = lines[3][:30]  # GPU2 row cut mid-line: GPU0..GPU2 cells only
     lines[4] = lines[4].replace("NV18", "-31,64", 1)  # GPU3, column GPU0
     matrix = parse_topo_matrix("\n".join(lines))
@@ -152,7 +156,7 @@ def test_topo_short_row_and_junk_cells_are_dropped_with_a_note() -> None:
     [
         "",
         "Legend:\n  X    = Self\n",
-        _read(TOPO / "mleng_a100x8_nv12_topo.txt").splitlines()[0],  # header only
+        _read(_at("topo", "mleng_a100x8_nv12_topo.txt")).splitlines()[0],  # header only
     ],
     ids=["empty", "legend-only", "header-only"],
 )
@@ -162,13 +166,13 @@ def test_topo_unusable_raises(text: str) -> None:
 
 
 def test_topo_mixed_kinds_raise() -> None:
-    text = _read(TOPO / "mleng_l4x2_topo_p2p_r_cns.txt").replace("CNS", "NV4", 1)
+    text = _read(_at("topo", "mleng_l4x2_topo_p2p_r_cns.txt")).replace("CNS", "NV4", 1)
     with pytest.raises(CaptureError, match="mixes"):
         parse_topo_matrix(text)
 
 
 def test_topo_asymmetric_connection_noted() -> None:
-    text = _read(TOPO / "mleng_a100x8_nv12_topo.txt").replace("NV12", "SYS", 1)  # GPU0→GPU1
+    text = _read(_at("topo", "mleng_a100x8_nv12_topo.txt")).replace("NV12", "SYS", 1)  # GPU0→GPU1
     matrix = parse_topo_matrix(text)
     assert matrix.links[(0, 1)] == "SYS" and matrix.links[(1, 0)] == "NV12"
     assert any("GPU0-GPU1" in p for p in matrix.problems)
@@ -219,7 +223,7 @@ NVLINK_TABLE: dict[str, NvlinkFacts] = {
 @pytest.mark.parametrize("name", sorted(NVLINK_TABLE), ids=sorted(NVLINK_TABLE))
 def test_nvlink_capture(name: str) -> None:
     facts = NVLINK_TABLE[name]
-    text = _read(NVLINK / name)
+    text = _read(_at("nvlink", name))
 
     if facts.status is None:
         with pytest.raises(CaptureError):
@@ -255,8 +259,8 @@ def test_nvlink_capture(name: str) -> None:
 
 
 def test_all_inactive_gpu_has_no_active_link_where_the_good_one_has_twelve() -> None:
-    bad = parse_nvlink_status(_read(NVLINK / "azhc_a100_gpu6_nvlink_status_all_inactive.txt"))
-    good = parse_nvlink_status(_read(NVLINK / "azhc_a100_gpu7_nvlink_status_good.txt"))
+    bad = parse_nvlink_status(_read(_at("nvlink", "azhc_a100_gpu6_nvlink_status_all_inactive.txt")))
+    good = parse_nvlink_status(_read(_at("nvlink", "azhc_a100_gpu7_nvlink_status_good.txt")))
     assert bad == {6: ()}
     assert sum(link.active is True for link in bad[6]) == 0
     assert sum(link.active is True for link in good[7]) == 12
@@ -265,7 +269,7 @@ def test_all_inactive_gpu_has_no_active_link_where_the_good_one_has_twelve() -> 
 
 def test_h800_capabilities_flags() -> None:
     caps = parse_nvlink_capabilities(
-        _read(NVLINK / "llmaction_h800x8_nvlink_capabilities_elided.txt")
+        _read(_at("nvlink", "llmaction_h800x8_nvlink_capabilities_elided.txt"))
     )
     expected = {
         "p2p": True,
@@ -279,11 +283,11 @@ def test_h800_capabilities_flags() -> None:
 
 
 def test_gt_r_counters_are_traffic_not_errors() -> None:
-    text = _read(NVLINK / "llmaction_h800x8_nvlink_gt_r_elided.txt")
+    text = _read(_at("nvlink", "llmaction_h800x8_nvlink_gt_r_elided.txt"))
     counters = parse_nvlink_counters(text)
     assert counters[0][0] == NvLinkCounters(link=0, raw_tx_kib=25305739, raw_rx_kib=25554089)
     assert counters[7][7].raw_rx_kib == 8731188
-    status = parse_nvlink_status(_read(NVLINK / "llmaction_h800x8_nvlink_status_elided.txt"))
+    status = parse_nvlink_status(_read(_at("nvlink", "llmaction_h800x8_nvlink_status_elided.txt")))
     merged = merge_links(status, counters)
     # No error counter was printed, so the merge leaves them not read.
     assert merged == status
@@ -404,7 +408,7 @@ XID_TABLE: dict[str, XidFacts] = {
 @pytest.mark.parametrize("name", sorted(XID_TABLE), ids=sorted(XID_TABLE))
 def test_xid_capture(name: str) -> None:
     facts = XID_TABLE[name]
-    text = _read(XID / name)
+    text = _read(_at("xid", name))
     events = parse_xids(text)
     assert Counter(e.xid for e in events) == Counter(facts.xids)
     assert {e.pci_bus_id for e in events} == facts.pcis
@@ -425,19 +429,19 @@ def test_xid_capture(name: str) -> None:
 
 
 def test_xid_messages_and_fields() -> None:
-    events = parse_xids(_read(XID / "gpud_dmesg_xid48_63_94_dbe_rowremap.log"))
+    events = parse_xids(_read(_at("xid", "gpud_dmesg_xid48_63_94_dbe_rowremap.log")))
     assert events[0].message.startswith("An uncorrectable double bit error (DBE)")
     assert events[0].pid is None  # pid='<unknown>'
     assert events[1].message == (
         "Row Remapper: New row (0x00000012bac1c3e0) marked for remapping, reset gpu to activate."
     )
     assert events[-1].message == "Ch 0000000f" and events[-1].pid == 1248209
-    (line,) = parse_xids(_read(XID / "mleng_xid63_row_remapper_line.log"))
+    (line,) = parse_xids(_read(_at("xid", "mleng_xid63_row_remapper_line.log")))
     assert line.message == "Row Remapper: New row marked for remapping, reset gpu to activate."
 
 
 def test_sxid_events() -> None:
-    events = parse_sxids(_read(XID / "nvtrust124_dmesg_nvswitch_sxid22013.log"))
+    events = parse_sxids(_read(_at("xid", "nvtrust124_dmesg_nvswitch_sxid22013.log")))
     assert events[1].message == "Non-fatal, Link 44 Minion Link DLREQ interrupt"
     assert events[1].switch_pci == "PCI:0000:04:00.0"
     assert events[1].device == "nvidia-nvswitch3"
@@ -447,7 +451,7 @@ def test_sxid_events() -> None:
 
 def test_fabricmanager_error() -> None:
     (event,) = parse_fabricmanager_errors(
-        _read(NVLINK / "gpud_fabricmanager_nvswitch_nonfatal_12028.log")
+        _read(_at("nvlink", "gpud_fabricmanager_nvswitch_nonfatal_12028.log"))
     )
     assert event.sxid == 12028
     assert event.switch_pci == "00000000:86:00.0"
@@ -496,7 +500,8 @@ def test_syslog_xid_has_no_timestamp() -> None:
 def test_every_capture_has_a_row(directory: Path, table: dict[str, object]) -> None:
     files = {p.name for p in directory.iterdir() if p.is_file()}
     assert files, f"no captures under {directory}"
-    assert set(table) == files
+    kit = {Path(rel).name for rel in FROM_THREADS if Path(rel).parent.name == directory.name}
+    assert set(table) == files | kit
 
 
 # --------------------------------------------------------------------------- fuzz
@@ -548,7 +553,7 @@ def test_fuzz_shuffled_capture_lines(lines: list[str]) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(TOPO_TABLE)), st.integers(min_value=0, max_value=3000))
 def test_fuzz_truncated_topo(name: str, cut: int) -> None:
-    text = _read(TOPO / name)[:cut]
+    text = _read(_at("topo", name))[:cut]
     try:
         matrix = parse_topo_matrix(text)
     except CaptureError:
