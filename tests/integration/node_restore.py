@@ -1,12 +1,16 @@
-"""Put the dev cluster's nodes back after a test that drained one, shared by the modules
-that inject GPU faults (test_health, test_install_e2e)."""
+"""Put the dev cluster's nodes back around a test that drains one, shared by the modules
+that inject GPU faults (test_health, test_breaker, test_repairs, ...).
+
+A test starts from the same state whatever ran before it (``make demo``, an earlier run
+of the suite inside the breaker window, a test killed mid-way): :func:`restored` restores
+the nodes and starts every breaker window afresh before the test as well as after it."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -101,3 +105,14 @@ def restore_nodes(cluster: DevCluster, config: Path, jobs: Sequence[int], *,
         for name in left:
             proc.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
         time.sleep(1)
+
+
+def restored(cluster: DevCluster, config: Path, *, reasons: Iterable[str] = ()
+             ) -> Iterator[list[int]]:
+    """The body of a fixture: ``yield from restored(...)`` yields the list the test puts
+    its job ids in; :func:`restore_nodes` runs before the test and after it."""
+    reasons = tuple(reasons)
+    restore_nodes(cluster, config, [], reasons=reasons)
+    jobs: list[int] = []
+    yield jobs
+    restore_nodes(cluster, config, jobs, reasons=reasons)

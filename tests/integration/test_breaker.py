@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_restore import node_map, restore_nodes, slurm_ml_cli
+from node_restore import node_map, restored, slurm_ml_cli
 from slurm_jobs import sbatch, wait_state
 
 from slurm_ml import proc
@@ -47,10 +47,8 @@ def cluster(slurm_conf: str) -> DevCluster:
 
 @pytest.fixture
 def restore(cluster: DevCluster) -> Iterator[list[int]]:
-    """Job ids the test submitted; afterwards the cluster is as before the test."""
-    jobs: list[int] = []
-    yield jobs
-    restore_nodes(cluster, CONFIG, jobs)
+    """Job ids the test submitted; the cluster is restored before and after it."""
+    yield from restored(cluster, CONFIG)
 
 
 def cli(cluster: DevCluster, *args: str) -> proc.Result:

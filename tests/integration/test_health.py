@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_restore import node_map, restore_nodes, slurm_ml_cli
+from node_restore import node_map, restored, slurm_ml_cli
 from slurm_jobs import sbatch, show, wait_state
 
 from slurm_ml import proc
@@ -82,10 +82,8 @@ def wait_idle(cluster: DevCluster, *names: str, timeout_s: float = 60) -> None:
 
 @pytest.fixture
 def restore(cluster: DevCluster) -> Iterator[list[int]]:
-    """Job ids the test submitted; afterwards the cluster is as before the test."""
-    jobs: list[int] = []
-    yield jobs
-    restore_nodes(cluster, CONFIG, jobs, reasons=(ADMIN_REASON,))
+    """Job ids the test submitted; the cluster is restored before and after it."""
+    yield from restored(cluster, CONFIG, reasons=(ADMIN_REASON,))
 
 
 # up to 60 s for idle nodes, 150 s for the requeued job to complete, then restore_nodes

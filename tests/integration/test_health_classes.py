@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from node_restore import node_map, restore_nodes, slurm_ml_cli
+from node_restore import node_map, restored, slurm_ml_cli
 from slurm_jobs import sbatch
 
 from slurm_ml import proc
@@ -64,9 +64,8 @@ def cluster(slurm_conf: str) -> DevCluster:
 
 @pytest.fixture
 def restore(cluster: DevCluster) -> Iterator[list[int]]:
-    jobs: list[int] = []
-    yield jobs
-    restore_nodes(cluster, DEFAULT_CONFIG, jobs)
+    """Job ids the test submitted; the cluster is restored before and after it."""
+    yield from restored(cluster, DEFAULT_CONFIG)
 
 
 def _wait_drained(cluster: DevCluster, node: str, timeout_s: float = 90) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_restore import node_map, restore_nodes
+from node_restore import node_map, restored
 from slurm_jobs import daemon_config, sbatch, wait_state
 
 from slurm_ml import proc
@@ -65,9 +65,8 @@ def run(cluster: DevCluster, config: Path, dsn: str, *args: str) -> str:
 
 @pytest.fixture
 def restore(cluster: DevCluster, config: Path) -> Iterator[list[int]]:
-    jobs: list[int] = []
-    yield jobs
-    restore_nodes(cluster, config, jobs)
+    """Job ids the test submitted; the cluster is restored before and after it."""
+    yield from restored(cluster, config)
 
 
 def _refund_rows(dsn: str, job: int) -> list[Any]:
@@ -78,7 +77,6 @@ def _refund_rows(dsn: str, job: int) -> list[Any]:
 
 def test_a_job_a_gpu_fault_ended_is_refunded_once_and_shown_apart(
         cluster: DevCluster, config: Path, admin_dsn: str, restore: list[int]) -> None:
-    restore_nodes(cluster, config, [])  # no fault or owned drain left by an earlier run
     deadline = time.monotonic() + 60
     while proc.run(["squeue", "-h", "-t", "R,CG", "-w", NODE, "-o", "%i"],
                    check=False).stdout.strip():

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from node_restore import node_map, restore_nodes
+from node_restore import node_map, restored
 from slurm_jobs import sbatch, show, wait_state
 
 from slurm_ml import proc
@@ -89,9 +89,8 @@ def started(job: int) -> float:
 
 @pytest.fixture
 def restore(cluster: DevCluster, config: Path) -> Iterator[list[int]]:
-    jobs: list[int] = []
-    yield jobs
-    restore_nodes(cluster, config, jobs)
+    """Job ids the test submitted; the cluster is restored before and after it."""
+    yield from restored(cluster, config)
 
 
 @pytest.mark.timeout(600)
