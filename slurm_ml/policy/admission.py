@@ -35,12 +35,15 @@ from slurm_ml.policy.shape import (
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     Layout,
     ShapeVerdict,
-    fits_class,
     node_needs,
     shape,
+    types_for,
 )
 
 SLURM_ERROR = -1  # generic failure code; the message says what is wrong
+#: "Requested partition configuration not available now": what slurmctld answers a job
+#: over a partition limit when it enforces them (EnforcePartLimits)
+ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE = 2015
 RECORD_PREFIX = "slurm-ml "
 
 
@@ -159,6 +162,10 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
             message=(f"slurm-ml rejected this job: GPU type {', '.join(unknown)} "
                      f"does not exist on this cluster; the types are "
                      f"{', '.join(view.type_order)}."))
+    too_long = _over_time_limit(req, cfg, managed, elsewhere)
+    if too_long:
+        return AdmissionDecision(accept=False, code=ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE,
+                                 message=f"slurm-ml rejected this job: {too_long}.")
     keys = comment_keys(req.comment)
     fragment = "allow_fragment" in keys
     constraint = parse_constraint(req.features)
@@ -223,6 +230,32 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
         record=_record(req, now, cap, types=types if widened else None, layout=layout, rt=rt),
         lane=(rt.account, req.total_gpus() or 0) if rt.lane and rt.account else None,
     )
+
+
+def _over_time_limit(req: JobRequest, cfg: Config, managed: tuple[str, ...],
+                     elsewhere: tuple[str, ...]) -> str:
+    """Why the job's --time is longer than every partition it may run in allows ("" when
+    one allows it). Slurm accepts such a job unless it enforces partition limits, and it
+    then pends forever with reason PartitionTimeLimit. A partition slurm-ml does not
+    manage may allow it, so a list that names one is left to Slurm."""
+    if req.time_limit_min is None or elsewhere:
+        return ""
+    names = set(managed) or {cfg.cluster.default_partition.name}
+    parts = [p for p in cfg.cluster.partitions if p.name in names]
+    most = max((p.max_time_min for p in parts), default=None)
+    if most is None or req.time_limit_min <= most:
+        return ""
+    where = ", ".join(p.name for p in parts)
+    return (f"its time limit, {_duration(req.time_limit_min)}, is longer than partition "
+            f"{where} allows ({_duration(most)}), so it would pend forever (reason "
+            f"PartitionTimeLimit). Ask for --time={_duration(most)} or less")
+
+
+def _duration(minutes: int) -> str:
+    """Minutes as Slurm writes a time limit: D-HH:MM:SS, or HH:MM:SS under a day."""
+    days, rest = divmod(minutes, 24 * 60)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
 
 
 def _judged_where(managed: tuple[str, ...], elsewhere: tuple[str, ...]) -> str:
@@ -352,10 +385,8 @@ def _final_types(req: JobRequest, cap: Capability, layout: Layout | None,
     allowed = set(cap.acceptable) if cap.acceptable else {s.gpu.name for s in candidates}
     if layout is not None and layout.whole_nodes:
         top = layout.max_nodes or layout.nodes
-        fits = set(layout.types)
-        fits |= {s.gpu.name for s in candidates
-                 if fits_class(req, s.node_class, top, layout.per_node)
-                 and _nodes_of(candidates, s) >= top}
+        mine = tuple(s for s in candidates if s.gpu.name in allowed)
+        fits = set(layout.types) | types_for(req, mine, top, layout.per_node)
     else:
         nodes = max(req.min_nodes or 1, 1) if layout is None else layout.nodes
         per_node = layout.per_node if layout is not None else \
@@ -364,11 +395,6 @@ def _final_types(req: JobRequest, cap: Capability, layout: Layout | None,
         fits = {s.gpu.name for s in candidates if s.gpn >= per_node
                 and s.node_class.cpus >= cpus and s.node_class.memory_mb >= mem}
     return tuple(t for t in order if t in allowed and t in fits)
-
-
-def _nodes_of(candidates: tuple[ClassSlice, ...], one: ClassSlice) -> int:
-    return sum(s.nodes for s in candidates
-               if s.partition == one.partition and s.gpu.name == one.gpu.name)
 
 
 def _layout_note(layout: Layout, cfg: Config, types: tuple[str, ...]) -> str:

@@ -51,6 +51,9 @@ class JobRequest:
     mem_per_cpu_mb: int | None = None
     mem_per_gpu_mb: int | None = None
     ntasks_per_gpu: int | None = None
+    #: how the GPUs per node were written, "--gres" or "--gpus-per-node" (both reach
+    #: job_desc as tres_per_node); None: not known. Only advice reads it.
+    gpu_option: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property

@@ -122,24 +122,49 @@ def node_needs(req: JobRequest, nodes: int, per_node: int) -> tuple[int, int]:
     return cpus, mem
 
 
-def fits_class(req: JobRequest, cls: NodeClass, nodes: int, per_node: int) -> bool:
-    """Whether a node of this class holds one node's share of the job: GPUs, CPUs, memory."""
-    if cls.gpus_per_node < per_node or (nodes > 1 and cls.gpus_per_node != per_node):
+def holds_share(req: JobRequest, cls: NodeClass, nodes: int, per_node: int) -> bool:
+    """Whether a node of this class can hold one node's share of the job at all, as Slurm
+    judges it: at least ``per_node`` GPUs, and its CPUs and memory."""
+    if cls.gpus_per_node < per_node:
         return False
     cpus, mem = node_needs(req, nodes, per_node)
     return cpus <= cls.cpus and mem <= cls.memory_mb
 
 
-def _types_for(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
-               per_node: int) -> set[str]:
+def takes_whole_node(req: JobRequest, cls: NodeClass, nodes: int, per_node: int) -> bool:
+    """Whether one node's share of the job takes all of a node of this class's CPUs or all
+    of its memory (``--mem=0`` asks for all of it). Then no other job can use the node's
+    other GPUs whatever the job's GPUs per node: the node is the job's whole, and running
+    it there exclusive strands no GPUs that its CPUs or memory did not already take."""
+    cpus, mem = node_needs(req, nodes, per_node)
+    return cpus >= cls.cpus or req.mem_per_node_mb == 0 or mem >= cls.memory_mb
+
+
+def fits_class(req: JobRequest, cls: NodeClass, nodes: int, per_node: int) -> bool:
+    """Whether a node of this class holds one node's share of the job: GPUs, CPUs, memory,
+    and on several nodes as whole nodes: its GPUs per node fill the node, or its CPUs or
+    memory per node take the whole node anyway (``takes_whole_node``)."""
+    if not holds_share(req, cls, nodes, per_node):
+        return False
+    return (nodes == 1 or cls.gpus_per_node == per_node
+            or takes_whole_node(req, cls, nodes, per_node))
+
+
+def types_for(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+              per_node: int) -> set[str]:
     """GPU types with ``nodes`` nodes in one partition that each hold ``per_node`` GPUs of
-    the job (exactly, on several nodes) and its CPUs and memory."""
-    cap: dict[tuple[str, str], int] = {}
+    the job and its CPUs and memory (``fits_class``). On several nodes, the types whose
+    nodes it fills exactly come first: nodes it takes whole only by its CPUs or memory are
+    named only when no such type can hold it."""
+    exact: dict[tuple[str, str], int] = {}
+    whole: dict[tuple[str, str], int] = {}
     for s in slices:
         if fits_class(req, s.node_class, nodes, per_node):
+            cap = exact if nodes == 1 or s.gpn == per_node else whole
             key = (s.partition, s.gpu.name)
             cap[key] = cap.get(key, 0) + s.nodes
-    return {t for (_p, t), n in cap.items() if n >= nodes}
+    return ({t for (_p, t), n in exact.items() if n >= nodes}
+            or {t for (_p, t), n in whole.items() if n >= nodes})
 
 
 def _per_node(req: JobRequest, nodes: int) -> int | None:
@@ -203,7 +228,7 @@ def _shape_open(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[st
                 total: int, *, allow_fragment: bool, advise: bool) -> ShapeVerdict:
     """The user gave a GPU total (per job, or per task with a task count): lay it out."""
     tasks = req.num_tasks
-    one = _types_for(req, slices, 1, total)
+    one = types_for(req, slices, 1, total)
     if one:
         if _on_one_node(req, total):
             return ShapeVerdict()
@@ -217,7 +242,7 @@ def _shape_open(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[st
             continue
         if per_task and (not tasks or tasks % nodes):
             continue  # GPUs are bound to tasks: the tasks must split evenly
-        fits = _types_for(req, slices, nodes, gpn)
+        fits = types_for(req, slices, nodes, gpn)
         if not fits:
             continue
         ntasks_per_node = math.ceil(tasks / nodes) if tasks else None
@@ -236,7 +261,7 @@ def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[
     feasible: dict[int, set[str]] = {}
     for n in range(lo, hi + 1):
         per_node = _per_node(req, n)
-        feasible[n] = _types_for(req, slices, n, per_node) if per_node else set()
+        feasible[n] = types_for(req, slices, n, per_node) if per_node else set()
     first = next((n for n in range(lo, hi + 1) if feasible[n]), None)
     if first is None:
         need = max(lo, math.ceil(req.num_tasks / req.ntasks_per_node)
@@ -260,6 +285,9 @@ def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[
                f"GPU type with room for its CPUs and memory here" if top < hi else
                "on fewer nodes its GPUs, CPUs or memory would not fit")
         note = f"Node range {lo}-{pinned[1]} narrowed to {kept}: {why}"
+    whole = _whole_node_note(req, slices, common, top, per_node) if top > 1 else ""
+    if whole:
+        note = f"{note}. {whole}" if note else whole
     if top == 1:
         if not note:
             return ShapeVerdict()
@@ -268,6 +296,29 @@ def _shape_pinned(req: JobRequest, slices: tuple[ClassSlice, ...], order: tuple[
     return ShapeVerdict(layout=Layout(first, per_node, whole_nodes=True,
                                       types=_ordered(common, order),
                                       max_nodes=top if top > first else None), note=note)
+
+
+def _whole_node_note(req: JobRequest, slices: tuple[ClassSlice, ...], types: set[str],
+                     nodes: int, per_node: int) -> str:
+    """Why a multi-node job runs on nodes with more GPUs than it asks for per node: its
+    CPUs or memory per node take those nodes whole (``takes_whole_node``)."""
+    big = [s for s in slices if s.gpu.name in types and s.gpn > per_node
+           and fits_class(req, s.node_class, nodes, per_node)]
+    if not big:
+        return ""
+    cls = big[0].node_class
+    cpus, mem = node_needs(req, nodes, per_node)
+    what = []
+    if cpus >= cls.cpus:
+        what.append(f"{cpus} CPUs")
+    if req.mem_per_node_mb == 0:
+        what.append("memory (--mem=0: all of it)")
+    elif mem >= cls.memory_mb:
+        what.append(f"{_mem(mem)} of memory")
+    gpns = " or ".join(str(g) for g in sorted({s.gpn for s in big}, reverse=True))
+    return (f"On nodes with {gpns} GPUs its {' and '.join(what)} per node take the whole "
+            f"node, so it runs there whole, with {per_node} GPUs each: the others are left "
+            f"idle by its CPUs or memory, not by its GPU count")
 
 
 def _on_one_node(req: JobRequest, total: int) -> bool:
@@ -283,64 +334,155 @@ def _on_one_node(req: JobRequest, total: int) -> bool:
 
 def _reject(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
             nodes: int | None, *, advise: bool) -> ShapeVerdict:
-    """Why no layout works, and fixes in the script's own flags that admission accepts."""
+    """Why no layout works, and fixes in the script's own flags that admission accepts.
+
+    The reason is what Slurm itself would conclude: "would pend forever" only when no set
+    of nodes in one partition can hold the job (an untyped request may run on any GPU
+    type, several at once); a shape Slurm would place but slurm-ml does not (GPUs left
+    idle, GPU types mixed in one multi-node job) is refused for that, saying so.
+    """
 
     def advice() -> str:  # only the refusals that name fixes pay for finding them
         fixes = _fixes(req, slices, total, nodes) if advise else []
         return f" Nearest valid requests: {'; '.join(fixes)}." if fixes else ""
 
+    def done(text: str, code: int) -> ShapeVerdict:
+        return ShapeVerdict(reject=text.rstrip("."), code=code)
+
     frag = " To run it as it is, add allow_fragment to --comment." if (
         (nodes and nodes > 1 and _placeable_as_is(req, slices, nodes))
-        or (nodes is None and total > max(s.gpn for s in slices))) else ""
+        or (nodes is None and total > max(s.gpn for s in slices)
+            and total <= slurm_most_gpus(slices))) else ""
     bare = _without_needs(req)
+    per_node = _per_node(bare, nodes) if nodes is not None and nodes > 1 else None
+    if per_node:  # a kept multi-node shape: first, could Slurm place it at all?
+        room = slurm_room(req, slices, nodes or 1, per_node)
+        if room < (nodes or 1):
+            return done(f"the job asks for {total} GPUs on {nodes} nodes ({per_node} per "
+                        f"node), but {_why_no_room(req, slices, nodes or 1, per_node)}, so "
+                        f"it would pend forever.{advice()}",
+                        ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+        one_type = _one_type_room(slices, per_node)
+        exact = _exact_room(slices, per_node)
+        if 0 < one_type < (nodes or 1) <= exact:
+            types = sorted({s.gpu.name for s in slices if s.gpn == per_node})
+            return done(f"the job asks for {total} GPUs on {nodes} nodes ({per_node} per "
+                        f"node), but at most {one_type} nodes of one GPU type here have "
+                        f"{per_node} GPUs. Slurm would run it across GPU types "
+                        f"({', '.join(types)}); slurm-ml keeps a multi-node job on one GPU "
+                        f"type, so that its fastest GPUs do not wait on its slowest."
+                        f"{advice()}{frag}", ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+        return done(f"{_asked(req, total, nodes)} would strand GPUs: "
+                    f"{_strand_why(req, slices, nodes or 1, per_node)}; multi-node GPU "
+                    f"jobs must use whole nodes ({_gpn_list(slices)} GPUs per node here)."
+                    f"{advice()}{frag}", ESLURM_INVALID_NODE_COUNT)
     gpu_fit = (shape(bare, slices, (), allow_fragment=False, advise=False).reject is None
                if _has_needs(req) else False)
     if gpu_fit:
-        return ShapeVerdict(
-            reject=(f"{_needs_text(req, slices, nodes, total)}, more than any node that can "
-                    f"hold its GPUs has ({_class_sizes(slices)}).{advice()}").rstrip("."),
-            code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+        return done(f"{_needs_text(req, slices, nodes, total)}.{advice()}",
+                    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
     most, how = largest_feasible(slices)
     if nodes is None and total > most:
-        return ShapeVerdict(
-            reject=(f"the job asks for {total} GPUs but the most any job can get here is "
-                    f"{most}, so it would pend forever. Largest feasible request: "
-                    f"{_largest_in_own_terms(req, slices, how)}"),
-            code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-    if nodes is not None and nodes > 1:
-        per_node = _per_node(bare, nodes)
-        room = max((sum(x.nodes for x in slices if x.gpu.name == s.gpu.name
-                        and x.partition == s.partition and x.gpn == per_node)
-                    for s in slices), default=0)
-        if per_node and 0 < room < nodes:
-            return ShapeVerdict(
-                reject=(f"the job asks for {total} GPUs on {nodes} nodes ({per_node} per "
-                        f"node), but at most {room} nodes of one GPU type here have "
-                        f"{per_node} GPUs, so it would pend forever.{advice()}{frag}"
-                        ).rstrip("."),
-                code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-        if total > most:
-            return ShapeVerdict(
-                reject=(f"the job asks for {total} GPUs on {nodes} nodes but the most any "
-                        f"job can get here is {most}, so it would pend forever.{advice()}"
-                        ).rstrip("."),
-                code=ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
-    return ShapeVerdict(
-        reject=(f"{_asked(req, total, nodes)} would strand GPUs: multi-node GPU jobs must "
-                f"use whole nodes ({_gpn_list(slices)} GPUs per node here).{advice()}{frag}"
-                ).rstrip("."),
-        code=ESLURM_INVALID_NODE_COUNT)
+        if total > slurm_most_gpus(slices):
+            head = f"{_most_text(total, slices, most)}, so it would pend forever"
+        else:
+            head = (f"the job asks for {total} GPUs, more than whole nodes of one GPU type "
+                    f"give here ({most}); Slurm would spread it over GPU types or leave GPUs "
+                    f"idle, and slurm-ml keeps a multi-node job on whole nodes of one GPU "
+                    f"type")
+        return done(f"{head}. Largest feasible request: "
+                    f"{_largest_in_own_terms(req, slices, how)}.{frag}",
+                    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+    if nodes is not None and nodes > 1 and total > slurm_most_gpus(slices):
+        return done(f"{_most_text(total, slices, most, nodes)}, so it would pend forever."
+                    f"{advice()}", ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+    return done(f"{_asked(req, total, nodes)} would strand GPUs: multi-node GPU jobs must "
+                f"use whole nodes ({_gpn_list(slices)} GPUs per node here).{advice()}{frag}",
+                ESLURM_INVALID_NODE_COUNT)
+
+
+def _most_text(total: int, slices: tuple[ClassSlice, ...], most: int,
+               nodes: int | None = None) -> str:
+    """"asks for more than any job can get": all GPUs of a partition, as Slurm counts."""
+    anywhere = slurm_most_gpus(slices)
+    whole = f" ({most} on whole nodes of one GPU type)" if most < anywhere else ""
+    on = f" on {nodes} nodes" if nodes else ""
+    return (f"the job asks for {total} GPUs{on} but the most any job can get here is "
+            f"{anywhere}{whole}")
+
+
+def slurm_room(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+               per_node: int, *, needs: bool = True) -> int:
+    """The most nodes of one partition that Slurm could give one node's share of the job:
+    ``per_node`` GPUs or more, of any GPU type the slices hold (an untyped request runs on
+    any, a typed one's slices hold only its types) and, with ``needs``, its CPUs and
+    memory (``holds_share``)."""
+    room: dict[str, int] = {}
+    for s in slices:
+        if (s.gpn >= per_node if not needs
+                else holds_share(req, s.node_class, nodes, per_node)):
+            room[s.partition] = room.get(s.partition, 0) + s.nodes
+    return max(room.values(), default=0)
+
+
+def slurm_most_gpus(slices: tuple[ClassSlice, ...]) -> int:
+    """The most GPUs Slurm could give one job here: every GPU of one partition (of the
+    types the slices hold)."""
+    room: dict[str, int] = {}
+    for s in slices:
+        room[s.partition] = room.get(s.partition, 0) + s.gpn * s.nodes
+    return max(room.values(), default=0)
+
+
+def _one_type_room(slices: tuple[ClassSlice, ...], per_node: int) -> int:
+    """The most nodes of one GPU type in one partition that have exactly ``per_node``."""
+    return max(_capacity(tuple(s for s in slices if s.gpn == per_node)).values(), default=0)
+
+
+def _exact_room(slices: tuple[ClassSlice, ...], per_node: int) -> int:
+    """The most nodes of one partition, of any GPU types, that have exactly ``per_node``."""
+    return slurm_room(JobRequest(user=""), tuple(s for s in slices if s.gpn == per_node),
+                      1, per_node, needs=False)
+
+
+def _why_no_room(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+                 per_node: int) -> str:
+    """Why fewer than ``nodes`` nodes of one partition can hold the job's share."""
+    gpu_room = slurm_room(req, slices, nodes, per_node, needs=False)
+    if gpu_room < nodes:
+        kind = "/".join(sorted(req.typed_gpus))
+        what = f"{per_node} {kind} GPUs" if kind else f"{per_node} GPUs or more"
+        return (f"only {gpu_room} node{' here has' if gpu_room == 1 else 's here have'} "
+                f"{what}")
+    cpus, mem = node_needs(req, nodes, per_node)
+    big = [s.node_class for s in slices if s.gpn >= per_node]
+    return (f"it needs {_over(cpus, mem, big)} per node, more than any node with "
+            f"{per_node} GPUs or more has ({_class_sizes(slices, per_node)})")
+
+
+def _strand_why(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
+                per_node: int) -> str:
+    """Why a multi-node shape Slurm can place strands GPUs: the nodes it fits have more."""
+    exact = [s for s in slices if s.gpn == per_node]
+    idle = sorted({s.gpn - per_node for s in slices if s.gpn > per_node
+                   and holds_share(req, s.node_class, nodes, per_node)})
+    where = (f"it would leave {' or '.join(str(i) for i in idle)} GPUs of each node idle"
+             if idle else "it would leave GPUs idle")
+    if not exact:
+        return (f"no node here has exactly {per_node} GPU{'s' if per_node != 1 else ''}, "
+                f"so {where}")
+    if any(holds_share(req, s.node_class, nodes, per_node) for s in exact):
+        return (f"at most {_one_type_room(slices, per_node)} nodes of one GPU type here "
+                f"have {per_node} GPUs, so {where}")
+    cpus, mem = node_needs(req, nodes, per_node)
+    return (f"the {per_node}-GPU nodes lack the {_over(cpus, mem, [s.node_class for s in exact])} "
+            f"it needs per node, so {where}")
 
 
 def _placeable_as_is(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int) -> bool:
     """Whether the kept shape (allow_fragment) has nodes that can hold it."""
     per_node = math.ceil((req.total_gpus() or 0) / nodes)
-    cpus, mem = node_needs(req, nodes, per_node)
-    room: dict[str, int] = {}
-    for s in slices:
-        if s.gpn >= per_node and s.node_class.cpus >= cpus and s.node_class.memory_mb >= mem:
-            room[s.partition] = room.get(s.partition, 0) + s.nodes
-    return any(n >= nodes for n in room.values())
+    return slurm_room(req, slices, nodes, per_node) >= nodes
 
 
 def _asked(req: JobRequest, total: int, nodes: int | None = None) -> str:
@@ -358,9 +500,10 @@ def _gpn_list(slices: tuple[ClassSlice, ...]) -> str:
     return " or ".join(str(g) for g in sorted({s.gpn for s in slices}, reverse=True))
 
 
-def _class_sizes(slices: tuple[ClassSlice, ...]) -> str:
-    sizes = sorted({(s.gpn, s.node_class.cpus, s.node_class.memory_mb) for s in slices},
-                   reverse=True)
+def _class_sizes(slices: tuple[ClassSlice, ...], per_node: int = 0) -> str:
+    """The CPUs and memory of the node classes with ``per_node`` GPUs or more."""
+    sizes = sorted({(s.gpn, s.node_class.cpus, s.node_class.memory_mb) for s in slices
+                    if s.gpn >= per_node}, reverse=True)
     return "; ".join(f"{g}-GPU nodes: {c} CPUs, {_mem(m)}" for g, c, m in sizes)
 
 
@@ -368,10 +511,22 @@ def _mem(mb: int) -> str:
     return f"{mb // 1024} GB" if mb >= 1024 and mb % 1024 == 0 else f"{mb} MB"
 
 
+def _over(cpus: int, mem: int, classes: list[NodeClass]) -> str:
+    """The part of ``cpus`` CPUs and ``mem`` MB that no class in ``classes`` has."""
+    parts = []
+    if cpus > max((c.cpus for c in classes), default=0):
+        parts.append(f"{cpus} CPUs")
+    if mem > max((c.memory_mb for c in classes), default=0):
+        parts.append(f"{_mem(mem)} of memory")
+    if not parts:  # enough of each somewhere, never both on one node
+        parts = [f"{cpus} CPUs", f"{_mem(mem)} of memory"]
+    return " and ".join(parts)
+
+
 def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int | None,
                 total: int) -> str:
     """What each node would need in the layout its GPUs alone would get, in CPUs and
-    memory, naming only what no node that fits the GPUs has."""
+    memory, naming only what no node with that many GPUs has (and listing those nodes)."""
     laid = shape(_without_needs(req), slices, (), allow_fragment=False, advise=False).layout
     if laid is not None:
         n, per_node = laid.nodes, laid.per_node
@@ -380,16 +535,10 @@ def _needs_text(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int | No
         n = nodes or 1
         per_node, how = _per_node(req, n) or total, ""
     cpus, mem = node_needs(req, n, per_node)
-    room = [s.node_class for s in slices
-            if s.gpn >= per_node and (n == 1 or s.gpn == per_node)]
-    parts = []
-    if cpus > max((c.cpus for c in room), default=0):
-        parts.append(f"{cpus} CPUs")
-    if mem > max((c.memory_mb for c in room), default=0):
-        parts.append(f"{_mem(mem)} of memory")
-    if not parts:  # enough of each somewhere, never both on one node
-        parts = [f"{cpus} CPUs", f"{_mem(mem)} of memory"]
-    return f"the job needs {' and '.join(parts)} per node ({_asked(req, total, nodes)}{how})"
+    room = [s.node_class for s in slices if s.gpn >= per_node]
+    return (f"the job needs {_over(cpus, mem, room)} per node ({_asked(req, total, nodes)}"
+            f"{how}), more than any node that can hold its GPUs has "
+            f"({_class_sizes(slices, per_node)})")
 
 
 def _largest_in_own_terms(req: JobRequest, slices: tuple[ClassSlice, ...], how: str) -> str:
@@ -450,12 +599,16 @@ def _resource_fixes(req: JobRequest, slices: tuple[ClassSlice, ...], nodes: int,
 def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
            nodes: int | None) -> list[str]:
     """Up to three changes, in the flags the job already uses, after which admission
-    accepts it; each is checked by shaping the changed request again. GPUs per node are
-    the script's to keep (and --gres=gpu:N cannot be told from --gpus-per-node=N here),
-    so a node-count fix changes the node count (and --ntasks with it) only."""
+    accepts it; each is checked by shaping the changed request again.
+
+    A change that keeps the job's total GPUs and tasks (``_keeping``: another node count
+    with its GPUs and tasks per node to match) comes before any that gives up GPUs; the
+    others change the node count (and --ntasks with it) and keep GPUs per node."""
     shapes: list[tuple[JobRequest, list[str]]] = []
     scope = _scope(req)
     most_nodes = sum(s.nodes for s in slices)
+    if nodes is not None:
+        shapes += _keeping(req, nodes, most_nodes)
     if nodes is not None and req.min_nodes is None:  # --ntasks / --ntasks-per-node
         per = req.ntasks_per_node or 1
         for n in range(1, most_nodes + 1):
@@ -496,14 +649,16 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
                     shapes.append((replace(req, gpus=(GpuRequest(gpus, "job", gtype),)),
                                    [f"--gpus={kind}{gpus}"]))
     shapes.insert(0, (req, []))
-    ranked: list[tuple[tuple[int, int, int], str]] = []
+    ranked: list[tuple[tuple[int, int, int, int], str]] = []
     seen: set[str] = set()
     # One slice per node count per class yields the same candidate many times over; the
     # flags determine the changed request, so each distinct one is shaped only once.
     laid_for: dict[tuple[str, ...], ShapeVerdict] = {}
     fits: dict[str, bool] = {}
+    job_tasks = _tasks(req)
     for changed, flags in shapes:
         got = changed.total_gpus() or 0
+        changes_job = int(got != total or _tasks(changed) != job_tasks)
         key = tuple(flags)
         if key not in laid_for:
             laid_for[key] = shape(_without_needs(changed), slices, (), allow_fragment=False,
@@ -529,8 +684,76 @@ def _fixes(req: JobRequest, slices: tuple[ClassSlice, ...], total: int,
             if text in seen:
                 continue
             seen.add(text)
-            ranked.append(((len(flags) + len(more), abs(got - total), -got),
+            ranked.append(((changes_job, len(flags) + len(more), abs(got - total), -got),
                            f"{text} ({got} GPU{'s' if got != 1 else ''})"))
             break
     ranked.sort(key=lambda r: r[0])
+    if ranked and ranked[0][0][0] == 0:  # some fix keeps its GPUs and tasks: only those
+        ranked = [r for r in ranked if r[0][0] == 0]
     return [text for _key, text in ranked[:3]]
+
+
+def _tasks(req: JobRequest) -> int | None:
+    """The job's task count where it gave one (--ntasks, or --ntasks-per-node with -N);
+    None also for one task per node (--ntasks-per-node=1: a launcher per node, such as
+    torchrun or accelerate, whose count follows the node count)."""
+    if req.ntasks_per_node == 1:
+        return None
+    if req.num_tasks:
+        return req.num_tasks
+    if req.ntasks_per_node and req.min_nodes:
+        return req.ntasks_per_node * req.min_nodes
+    return None
+
+
+def per_node_gpu_flag(req: JobRequest, count: int) -> str:
+    """``count`` GPUs per node in the option the job used for them: --gpus-per-node or
+    --gres (``JobRequest.gpu_option``; job_desc cannot tell them apart, and --gres is the
+    one to name when it is not known)."""
+    gtype = next((g.gpu_type for g in req.gpus if g.per == "node" and g.gpu_type), None)
+    kind = f"{gtype}:" if gtype else ""
+    if req.gpu_option == "--gpus-per-node":
+        return f"--gpus-per-node={kind}{count}"
+    return f"--gres=gpu:{kind}{count}"
+
+
+def _keeping(req: JobRequest, nodes: int, most_nodes: int) -> list[tuple[JobRequest, list[str]]]:
+    """The job on another node count with its total GPUs and tasks kept: GPUs per node
+    (when it counts them per node) and tasks per node (when it gives them) to match, in
+    its own flags. Per-job and per-task GPUs keep their total as they are."""
+    out: list[tuple[JobRequest, list[str]]] = []
+    scope = _scope(req)
+    per_node_items = [g for g in req.gpus if g.per == "node" and g.count > 0]
+    if scope == "node" and len(per_node_items) != 1:
+        return out  # several GPU types per node: no one count to change
+    total = replace(req, min_nodes=nodes).total_gpus() or 0
+    tasks = _tasks(req)
+    for n in range(1, most_nodes + 1):
+        if n == nodes or (tasks is not None and tasks < n):
+            continue
+        changed, flags = req, []
+        if req.min_nodes is not None:
+            changed = replace(changed, min_nodes=n, max_nodes=n)
+            flags.append(f"--nodes={n}")
+        if scope == "node":
+            if total % n:
+                continue
+            gpus = tuple(replace(g, count=total // n) if g.per == "node" else g
+                         for g in req.gpus)
+            changed = replace(changed, gpus=gpus)
+            flags.append(per_node_gpu_flag(req, total // n))
+        if req.ntasks_per_node == 1 and req.num_tasks:  # one launcher per node, kept
+            changed = replace(changed, num_tasks=n)
+            flags.append(f"--ntasks={n}")
+        elif req.ntasks_per_node and tasks is not None:
+            per = math.ceil(tasks / n)
+            if req.min_nodes is None and tasks % n:
+                continue  # the node count follows from the tasks per node
+            changed = replace(changed, ntasks_per_node=per, num_tasks=tasks)
+            flags.append(f"--ntasks-per-node={per}")
+        if scope == "task" and tasks is not None and tasks % n:
+            continue  # GPUs bound to tasks: the tasks must split evenly
+        if (changed.total_gpus() or 0) != total or _tasks(changed) != tasks:
+            continue
+        out.append((changed, flags))
+    return out

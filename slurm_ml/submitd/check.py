@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_ml.submitd.sbatch_args import parse_sbatch
+from slurm_ml.submitd.sbatch_args import parse_sbatch, per_node_gpu_options
 from slurm_ml.submitd.server import PolicyServer
-from slurm_ml.submitd.wire import NO_VAL
+from slurm_ml.submitd.wire import GPU_OPTION, NO_VAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +33,12 @@ def check(server: PolicyServer, argv: Sequence[str], script: str | None, *, user
           user_id: int | None = None, account: str | None = None) -> list[ComponentVerdict]:
     """One verdict per het component (raises SbatchParseError on bad sbatch options)."""
     out = []
+    options = per_node_gpu_options(argv, script, user=user)
     for i, job in enumerate(parse_sbatch(argv, script, user=user, user_id=user_id)):
         if account and "account" not in job:
             job["account"] = account
+        if options[i] is not None:  # so that advice names the option the user wrote
+            job[GPU_OPTION] = options[i]
         reply = server.handle_line(json.dumps({"v": 1, "op": "submit", "uid": user_id,
                                                "job": job}))
         out.append(ComponentVerdict(

@@ -860,6 +860,21 @@ def parse_sbatch(argv: Sequence[str], script: str | None = None, *, user: str,
     component, keys as in ``wire.JOB_FIELDS``; raises SbatchParseError where sbatch
     itself would refuse to submit.
     """
+    return [job for job, _option in _parse(argv, script, user=user, user_id=user_id)]
+
+
+def per_node_gpu_options(argv: Sequence[str], script: str | None = None, *,
+                         user: str) -> list[str | None]:
+    """For each het component, the option that gave its GPUs per node as written:
+    ``--gpus-per-node`` or ``--gres`` (the last one sbatch reads, command line after the
+    script's #SBATCH lines), None when neither did. Both land in job_desc's tres_per_node,
+    so only the command line tells them apart; admission names the same one in advice."""
+    return [option for _job, option in _parse(argv, script, user=user)]
+
+
+def _parse(argv: Sequence[str], script: str | None = None, *, user: str,
+           user_id: int | None = None) -> list[tuple[dict[str, Any], str | None]]:
+    """``parse_sbatch``'s dicts, each with its ``per_node_gpu_options`` entry."""
     args = list(argv)
     segments: list[list[_Event]] = []
     pos = 0
@@ -892,7 +907,7 @@ def parse_sbatch(argv: Sequence[str], script: str | None = None, *, user: str,
         default_name = "sbatch"
 
     count = max(len(segments), len(script_parts))
-    jobs: list[dict[str, Any]] = []
+    jobs: list[tuple[dict[str, Any], str | None]] = []
     given = {e.spec.slot for segment in segments for e in segment if e.spec.slot}
     state = {k: v for k, v in first_pass.items() if k not in _RESET_SLOTS and k != "hint"}
     for index in range(count):
@@ -900,6 +915,9 @@ def parse_sbatch(argv: Sequence[str], script: str | None = None, *, user: str,
         events = script_parts[index] if index < len(script_parts) else []
         events = [*events, *segments[min(index, len(segments) - 1)]]
         _apply(state, events)
+        option = next((e.shown for e in reversed(events)
+                       if e.spec.slot in ("gpus_per_node", "gres")),
+                      None)
         own = frozenset(e.spec.slot for e in events if e.spec.slot)
         given.update(own)
         state.setdefault("job_name", default_name)
@@ -910,7 +928,7 @@ def parse_sbatch(argv: Sequence[str], script: str | None = None, *, user: str,
         fields["name"] = state["job_name"]
         if count > 1:
             fields["het_job_offset"] = index
-        jobs.append({key: fields[key] for key in JOB_FIELDS if key in fields})
+        jobs.append(({key: fields[key] for key in JOB_FIELDS if key in fields}, option))
     return jobs
 
 

@@ -41,6 +41,11 @@ JOB_FIELDS = (
     "cpus_per_task", "cpus_per_tres", "min_cpus", "pn_min_cpus", "min_mem_per_node",
     "min_mem_per_cpu", "mem_per_tres", "ntasks_per_tres",
 )
+#: A field no job_desc has: how the GPUs per node were written ("--gres" or
+#: "--gpus-per-node"; job_desc has both in tres_per_node). ``submit-check`` sends it,
+#: read off the sbatch line; the shim does not, and advice then names --gres.
+GPU_OPTION = "gpu_option"
+GPU_OPTIONS = frozenset({"--gres", "--gpus-per-node"})
 TRES_FIELDS = {"tres_per_node": "node", "tres_per_job": "job", "tres_per_task": "task",
                "tres_per_socket": "socket"}
 #: Fields whose change in an update (``scontrol update``) is re-checked by policy: the
@@ -210,6 +215,7 @@ def to_request(job: Mapping[str, Any]) -> JobRequest:
         mem_per_cpu_mb=_amount(job, "min_mem_per_cpu") or None,
         mem_per_gpu_mb=_per_gpu(job, "mem_per_tres") or None,
         ntasks_per_gpu=_amount(job, "ntasks_per_tres") or None,
+        gpu_option=option if (option := job.get(GPU_OPTION)) in GPU_OPTIONS else None,
     )
 
 

@@ -24,8 +24,8 @@ from slurm_ml.policy.admission import decide
 from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
 from slurm_ml.policy.cluster_view import cluster_view
 from slurm_ml.policy.request import JobRequest
-from slurm_ml.submitd.sbatch_args import parse_sbatch
-from slurm_ml.submitd.wire import normalize, reply_for, to_request
+from slurm_ml.submitd.sbatch_args import parse_sbatch, per_node_gpu_options
+from slurm_ml.submitd.wire import GPU_OPTION, normalize, reply_for, to_request
 
 CFG = load_config(DEFAULT_CONFIG)
 VIEW = cluster_view(CFG)
@@ -37,8 +37,13 @@ STATE = AdmissionState(
 
 
 def fields(argv: list[str], user: str = "bob") -> dict[str, Any]:
-    """The job_desc fields sbatch (and the shim) would hand admission for ``argv``."""
-    (job,) = parse_sbatch([*argv, "--wrap", "srun train.py"], user=user)
+    """The job_desc fields sbatch (and the shim) would hand admission for ``argv``, with
+    the option its GPUs per node were given in, as ``submit-check`` adds it."""
+    line = [*argv, "--wrap", "srun train.py"]
+    (job,) = parse_sbatch(line, user=user)
+    (option,) = per_node_gpu_options(line, user=user)
+    if option is not None:
+        job[GPU_OPTION] = option
     return job
 
 
@@ -127,9 +132,10 @@ def assert_advice_is_accepted(argv: list[str], message: str) -> None:
 #: every node class: rejected (never packed onto fewer nodes), with advice that works
 PINNED_REJECTS: list[tuple[str, list[str], list[str]]] = [
     ("launcher-per-node-kept",  # one accelerate/torchrun launcher per node
-     ["-N4", "--gres=gpu:4", "--ntasks-per-node=1"], ["16 GPUs on 4 nodes", "--nodes=2"]),
+     ["-N4", "--gres=gpu:4", "--ntasks-per-node=1"],
+     ["4 nodes with 4 GPUs each", "--nodes=2 --gres=gpu:8 --ntasks=2 (16 GPUs)"]),
     ("node-count-kept-N2-gpu2", ["-N", "2", "--gpus-per-node=2"],
-     ["2 nodes with 2 GPUs each", "--nodes=1 (2 GPUs)"]),
+     ["2 nodes with 2 GPUs each", "--nodes=1 --gpus-per-node=4 (4 GPUs)"]),
     ("node-count-kept-N4-gpu1", ["-N4", "--ntasks=4", "--gpus-per-task=1"],
      ["4 nodes with 1 GPU each", "allow_fragment"]),
     ("ntasks-per-node-kept", ["--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1"],
@@ -235,9 +241,6 @@ def fits_somewhere(after: dict[str, Any]) -> bool:
 CPU_MEM_REJECTS: list[tuple[str, list[str], list[str]]] = [
     ("cpus-per-gpu-16-gpus-16", ["--cpus-per-gpu=16", "--gpus=16"],
      ["128 CPUs per node", "--cpus-per-gpu=8 (16 GPUs)"]),
-    ("gpus4-N2-ntasks-per-node-8-cpus-8", ["--gpus=4", "-N", "2", "--ntasks-per-node=8",
-                                           "--cpus-per-task=8"],
-     ["2 nodes with 2 GPUs each", "--nodes=1 --ntasks=8 (4 GPUs)"]),
     ("gpus2-ntasks2-cpus48", ["--gpus=2", "--ntasks=2", "--cpus-per-task=48"],
      ["96 CPUs per node", "--cpus-per-task=32 (2 GPUs)"]),
     ("mem-per-gpu-100G-gpus16", ["--mem-per-gpu=100G", "--gpus=16"],
@@ -249,10 +252,10 @@ CPU_MEM_REJECTS: list[tuple[str, list[str], list[str]]] = [
      ["160 CPUs", "--cpus-per-task=64"]),
     ("launcher-per-node-160-cpus", ["-N4", "--gres=gpu:4", "--ntasks-per-node=1",
                                     "--cpus-per-task=160"],
-     ["4 nodes", "--nodes=2 --ntasks=2 --cpus-per-task=32 (8 GPUs)"]),
+     ["4 nodes", "--nodes=2 --gres=gpu:8 --ntasks=2 --cpus-per-task=64 (16 GPUs)"]),
     ("v100-torchrun-40-cpus", ["-N2", "--gres=gpu:4", "--ntasks-per-node=1",
                                "--cpus-per-task=40"],
-     ["40 CPUs per node", "--cpus-per-task=32 (8 GPUs)"]),
+     ["40 CPUs it needs per node", "--cpus-per-task=32 (8 GPUs)"]),
     ("ntasks-per-gpu-32-cpus", ["-N1", "--gpus-per-node=4", "--ntasks-per-gpu=1",
                                 "--cpus-per-task=32"],
      ["128 CPUs per node", "--cpus-per-task=16 (4 GPUs)"]),

@@ -14,7 +14,12 @@ import pytest
 
 from slurm_ml.model import GpuRequest
 from slurm_ml.policy.request import NO_MIN_RUNTIME
-from slurm_ml.submitd.sbatch_args import SbatchParseError, parse_sbatch, parse_time_minutes
+from slurm_ml.submitd.sbatch_args import (
+    SbatchParseError,
+    parse_sbatch,
+    parse_time_minutes,
+    per_node_gpu_options,
+)
 from slurm_ml.submitd.wire import INFINITE, JOB_FIELDS, normalize, to_request
 
 PLAIN = "#!/bin/bash\necho hello\n"
@@ -652,3 +657,17 @@ def test_round_trip_het_offsets() -> None:
                          user="alice")]
     assert [(r.het_offset, r.partitions, r.total_gpus()) for r in reqs] == [
         (0, ("gpu",), 1), (1, ("cpu",), 0)]
+
+
+@pytest.mark.parametrize(("argv", "script", "want"), [
+    (["--gres=gpu:2"], None, "--gres"),
+    (["--gpus-per-node=2"], None, "--gpus-per-node"),
+    ([], "#!/bin/sh\n#SBATCH --gpus-per-node=a100_80g:2\n", "--gpus-per-node"),
+    (["--gres=gpu:4"], "#!/bin/sh\n#SBATCH --gpus-per-node=2\n", "--gres"),  # CLI wins
+    (["--gpus=4"], None, None),
+])
+def test_the_option_gpus_per_node_were_written_in_is_known(
+        argv: list[str], script: str | None, want: str | None) -> None:
+    """job_desc has both options in tres_per_node; advice names the one the user wrote."""
+    line = [*argv, "--wrap", "true"] if script is None else [*argv, "job.sh"]
+    assert per_node_gpu_options(line, script, user="bob") == [want]
