@@ -2,7 +2,9 @@
 
 The scripts are third-party data and stay out of the repository: they are read in place
 from ``../shared/data/sbatch/`` beside the repository root (``$SLURM_ML_SBATCH_CORPUS``
-names another folder), which also holds their ``SOURCES.md``. The project's own record is
+names another folder; ``tests/sbatch_corpus.py`` resolves it for this test and for
+``tests/integration/test_sbatch_corpus_shim.py``, which runs the same scripts through the
+real shim), which also holds their ``SOURCES.md``. The project's own record is
 ``docs/research/sbatch-corpus/``: ``SOURCES.md`` (origin, licence, the lines kept, what
 each asks for) and ``expected.yaml``, the outcome an experienced admin wants for each on
 the dev cluster's nodes. Without the folder the record is still checked and the tests
@@ -26,7 +28,6 @@ node must have, and whether enough nodes of the dev cluster have that.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from sbatch_corpus import CASES, CORPUS, RECORD, needs_corpus, script_text, user_of
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
@@ -47,17 +48,6 @@ from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import NO_VAL, NO_VAL16
 
-REPO = Path(__file__).resolve().parents[2]
-RECORD = REPO / "docs" / "research" / "sbatch-corpus"
-#: The scripts, read in place: third-party data never enters the repository.
-CORPUS = Path(os.environ.get("SLURM_ML_SBATCH_CORPUS")
-              or REPO.parent / "shared" / "data" / "sbatch").resolve()
-needs_corpus = pytest.mark.skipif(
-    not CORPUS.is_dir(),
-    reason=f"no sbatch corpus at {CORPUS} (set SLURM_ML_SBATCH_CORPUS to the folder of "
-           f"the scripts): they are kept out of the repository (module doc)")
-EXPECTED: dict[str, Any] = yaml.safe_load((RECORD / "expected.yaml").read_text())
-CASES: dict[str, dict[str, Any]] = EXPECTED["cases"]
 CFG = load_config(DEFAULT_CONFIG)
 VERDICTS = {"accept", "reject", "keep-or-reject", "sbatch-refuses"}
 KEEP_KEYS = {"nodes", "range_may_narrow", "ntasks", "ntasks_per_node", "gpus_per_node",
@@ -110,16 +100,11 @@ class Outcome:
         return out
 
 
-def _script(name: str) -> str:
-    text = (CORPUS / name).read_text()
-    return "#!/bin/bash\n" + text if CASES[name].get("snippet") else text
-
-
 def _submit(name: str, extra: list[str] | None = None) -> Outcome:
     case = CASES[name]
     argv = [*case.get("argv", []), *(extra or []), name]
-    user = case.get("user", EXPECTED["user"])
-    script = _script(name)
+    user = user_of(name)
+    script = script_text(name)
     (job,) = parse_sbatch(argv, script, user=user)
     server = PolicyServer(CFG, StateRefresher(None, CFG))
     (verdict,) = check(server, argv, script, user=user)
@@ -340,6 +325,6 @@ def test_expected_entries_are_complete(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(CASES), ids=lambda n: n.removesuffix(".sbatch"))
 def test_script_is_an_sbatch_script(name: str) -> None:
     """Only the script that sbatch refuses may lack the ``#!`` line sbatch requires."""
-    script = _script(name)
+    script = script_text(name)
     assert script.startswith("#!") or CASES[name]["verdict"] == "sbatch-refuses"
     assert re.search(r"^#SBATCH", script, flags=re.MULTILINE)
