@@ -24,7 +24,8 @@ a value                               the value
                                       GPU is not queried further
 ``NVML_ERROR_RESET_REQUIRED``         ``"GPU requires reset (<call>)"``, likewise
 any other ``NVMLError``               ``None`` and ``"<call>: <NVML message>"`` in
-                                      ``Gpu.errors`` (once per call and message)
+                                      ``Gpu.errors`` (once per call and message), or in
+                                      ``Gpu.mode_errors`` for a call that reads a mode
 ====================================  =====================================================
 
 (``health.checks.device.lost`` matches "GPU is lost" / "requires reset" and drains.)
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import pynvml
 
+from slurm_ml.health.field_kinds import is_mode_call
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.replay.smi_q import normalise_pci_bus_id
 from slurm_ml.health.snapshot import (
@@ -509,9 +511,16 @@ class _Errors:
     def render(self) -> tuple[str, ...]:
         out = [] if self.gone is None else [self.gone]
         for (call, message), links in self.entries.items():
+            if is_mode_call(call):
+                continue
             where = f" (link{'s' if len(links) > 1 else ''} {_ranges(links)})" if links else ""
             out.append(f"{call}: {message}{where}")
         return tuple(out)
+
+    def modes(self) -> tuple[str, ...]:
+        """The errors of the calls that read a mode (``Gpu.mode_errors``)."""
+        return tuple(f"{call}: {message}" for call, message in self.entries
+                     if is_mode_call(call))
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -690,7 +699,7 @@ class _Reader:
                 f"{what} (nvmlDeviceGetHandleByIndex, device handle unavailable)",))
         with contextlib.suppress(_GpuGone):
             self._read(handle, values, errs)
-        return Gpu(index=index, errors=errs.render(), **values)
+        return Gpu(index=index, errors=errs.render(), mode_errors=errs.modes(), **values)
 
     def _read(self, h: object, v: dict[str, Any], errs: _Errors) -> None:
         api, call = self.api, self._call

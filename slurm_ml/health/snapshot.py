@@ -109,6 +109,10 @@ class Gpu:
     mig_enabled: Reading[bool] = None
     processes: tuple[GpuProcess, ...] | None = None
     errors: tuple[str, ...] = ()  # what the probe could not read, e.g. "GPU is lost"
+    #: Errors read in place of a mode or capability field (health.field_kinds), each
+    #: "<field>: <message>" ("Addressing Mode: Unknown Error"); kept apart from ``errors``
+    #: because the checks judge them across the node's GPUs.
+    mode_errors: tuple[str, ...] = ()
     # Added with the nvidia-smi -q replay; a probe that does not read one leaves it None.
     minor_number: Reading[int] = None  # /dev/nvidia<N>; not the NVML index
     reset_required: Reading[bool] = None  # nvidia-smi "GPU Reset Status" section

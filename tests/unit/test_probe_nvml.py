@@ -20,6 +20,7 @@ import pytest
 
 from slurm_ml.health.checks import Expectations, Severity, Thresholds, check_node
 from slurm_ml.health.fake_nvml import ANY_CALL, FakeNvml
+from slurm_ml.health.field_kinds import is_mode_call
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.probe_nvml import (
     ERROR_CORRUPTED_INFOROM,
@@ -104,7 +105,7 @@ def comparable(gpu: Gpu) -> Gpu:
     # A capture without a Fabric Health section reads None; through NVML the same GPU's
     # fabric call says NOT_SUPPORTED for all of it: the checks treat both alike.
     health = None if gpu.fabric_health is NS else gpu.fabric_health
-    return dataclasses.replace(gpu, errors=(), sram_threshold_exceeded=None,
+    return dataclasses.replace(gpu, errors=(), mode_errors=(), sram_threshold_exceeded=None,
                                channel_repair_pending=None, tpc_repair_pending=None,
                                unrepairable_memory=None, fabric_health=health)
 
@@ -177,7 +178,8 @@ def test_round_trip_capture_through_nvml(name: str) -> None:
         # Every error names the call of a field the capture did not show, and each such
         # field gave one (the fake answers "Not Found" for it).
         missing = none_fields(want) - NOT_FROM_NVML - {"errors", "fabric_status", "fabric_health"}
-        calls = {e.split(":")[0].split(" (")[0] for e in have.errors}
+        calls = {e.split(":")[0].split(" (")[0] for e in have.errors + have.mode_errors}
+        assert all(is_mode_call(e.split(":")[0]) for e in have.mode_errors)
         assert calls == {c for f in missing for c in CALL_OF[f].split()}, have.errors
     for path, value in row.facts.items():
         assert _fact(got, path) == value, path
@@ -193,7 +195,10 @@ def test_checks_see_the_same_through_nvml_as_through_replay(name: str) -> None:
 
     def verdicts(snap: NodeSnapshot) -> set[tuple[str, Severity, int | None]]:
         return {(f.check_id, f.severity, f.gpu) for f in check_node(snap, exp, Thresholds())
-                if f.check_id not in ("probe.gpu_error", "probe.missing")}
+                # the fake answers "Not Found" for what the capture does not show,
+                # mode queries included: flags of what was not read, not verdicts
+                if f.check_id not in ("probe.gpu_error", "probe.missing",
+                                      "gpu.mode_unreadable")}
 
     assert verdicts(got) == verdicts(replay)
     if name == "a10_remap_pending_text":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from slurm_ml.health.checks._common import Out, join, label, num, text, unsupported
 from slurm_ml.health.checks.findings import Severity
@@ -67,6 +68,61 @@ def _short(error: str) -> str:
     "Unknown Error (line 8, device handle unavailable)" → "Unknown Error"."""
     head = error.split(" (", 1)[0].strip() or error
     return head[:40]
+
+
+def _mode_field(entry: str) -> str:
+    return entry.split(": ", 1)[0]
+
+
+def _gone(gpu: Gpu) -> bool:
+    return any(_LOST.search(e) and not _NOT_THE_GPU.search(e) for e in gpu.errors)
+
+
+def shared_mode_errors(snap: NodeSnapshot) -> frozenset[str]:
+    """The mode fields (``Gpu.mode_errors``) that every GPU of the snapshot reads in
+    error, lost GPUs aside (they were not read): a driver that cannot answer a query on
+    any GPU of the node, not a GPU in an error state (health.field_kinds)."""
+    read = [g for g in snap.gpus if not _gone(g)]
+    if not read:
+        return frozenset()
+    common = {_mode_field(e) for e in read[0].mode_errors}
+    for g in read[1:]:
+        common &= {_mode_field(e) for e in g.mode_errors}
+    return frozenset(common)
+
+
+def with_own_mode_errors(gpu: Gpu, shared: frozenset[str]) -> Gpu:
+    """``gpu`` with the mode fields it alone (of its node) cannot read moved into its
+    ``errors``: a GPU whose peers read the field and it does not is in an error state."""
+    own = tuple(e for e in gpu.mode_errors if _mode_field(e) not in shared)
+    if not own:
+        return gpu
+    return replace(gpu, errors=gpu.errors + own)
+
+
+def mode_unreadable(snap: NodeSnapshot, shared: frozenset[str], scope: Collection[int],
+                    out: Out) -> None:
+    """A mode that no GPU of the node can read is at most a flag: every GPU answering
+    the same error for a setting, with nothing else in error, is the driver's quirk
+    for that query (a real healthy 8x RTX 4090 node reads "Addressing Mode : Unknown
+    Error" on all eight), not eight lost GPUs. Health readings and identity fields in
+    error are judged by :func:`lost`."""
+    if not shared:
+        return
+    hit = [g for g in snap.gpus if g.index in scope
+           and any(_mode_field(e) in shared for e in g.mode_errors)]
+    if not hit:
+        return
+    entries = list(dict.fromkeys(e for g in hit for e in g.mode_errors
+                                 if _mode_field(e) in shared))
+    fields = sorted(shared)
+    out.add("gpu.mode_unreadable", S.FLAG, None,
+            f"Every GPU of {snap.node} reads an error for {join(fields)} ({entries[0]}): a "
+            f"mode the driver reports, not a health reading, and no GPU reads it while "
+            f"another does not, so no GPU is drained for it; check that this driver "
+            f"supports the query (nvidia-smi -q) if the setting matters.",
+            f"unreadable mode {fields[0]}"[:40], fields=fields, errors=entries,
+            gpus=[g.index for g in hit])
 
 
 def lost(gpu: Gpu, out: Out) -> bool:

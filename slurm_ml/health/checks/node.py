@@ -65,7 +65,10 @@ def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
     scope = {g.index for g in snap.gpus} if gpus is None else set(gpus)
     device.probe_errors(snap, out)
     device.gpu_count(snap, gpus, out)
-    for gpu in snap.gpus:
+    shared_modes = device.shared_mode_errors(snap)
+    device.mode_unreadable(snap, shared_modes, scope, out)
+    for read in snap.gpus:
+        gpu = device.with_own_mode_errors(read, shared_modes)
         if gpu.index not in scope or device.lost(gpu, out):
             continue
         device.recovery(gpu, out)

@@ -31,6 +31,10 @@ infoROM``, ``Timeout``, ...                              block is scanned, read 
 ``12 MiB``, ``16x``, ``37 %``, ``4``                     ``12``, ``16``, ``37.0``, ``4``
 =======================================================  ==========================================
 
+An error printed in place of a mode or capability field (``Addressing Mode``, ``MIG
+Mode``, ``ECC Mode``, ...: ``health.field_kinds``) goes to ``Gpu.mode_errors`` instead,
+as ``"Addressing Mode: Unknown Error"``: the checks judge those across the node's GPUs.
+
 A section printed as one value (``Remapped Rows : N/A``, ``<remapped_rows>N/A</...>``)
 makes the whole reading ``NOT_SUPPORTED``; so does a Retired Pages or Remapped Rows
 section whose every field is ``N/A`` (Volta has no remapping, Ampere+ no retirement).
@@ -68,6 +72,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
+from slurm_ml.health.field_kinds import is_mode_key
 from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.health.snapshot import (
     NOT_SUPPORTED,
@@ -515,17 +520,31 @@ def _clock_events(block: _Node, lay: _Layout) -> Reading[tuple[str, ...]]:
     return tuple(active)
 
 
-def _gpu_errors(block: _Node) -> tuple[str, ...]:
-    """Every distinct NVML error printed in the GPU's block, with where it first shows."""
+def _top(node: _Node, block: _Node) -> _Node:
+    """The field at the top of the GPU's block that ``node`` is in (or is)."""
+    while node.parent is not None and node.parent is not block:
+        node = node.parent
+    return node
+
+
+def _gpu_errors(block: _Node) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every distinct NVML error printed in the GPU's block, with where it first shows;
+    and apart, the errors printed in place of a mode field (health.field_kinds), one per
+    field: "Addressing Mode: Unknown Error"."""
     seen: dict[str, list[_Node]] = {}
+    modes: dict[str, None] = {}
     for node in block.walk():
         if node.value is not None and _kind(node.value) == "error":
-            seen.setdefault(_error_message(node.value), []).append(node)
+            top = _top(node, block)
+            if is_mode_key(top.key):
+                modes[f"{top.label}: {_error_message(node.value)}"] = None
+            else:
+                seen.setdefault(_error_message(node.value), []).append(node)
     out = []
     for message, nodes in seen.items():
         more = f", and {len(nodes) - 1} more" if len(nodes) > 1 else ""
         out.append(f"{message} ({nodes[0].where(block)}{more})")
-    return tuple(out)
+    return tuple(out), tuple(modes)
 
 
 def _gpu(
@@ -540,6 +559,7 @@ def _gpu(
         if isinstance(bus, str) and bus != header_bus:
             raise _fail(block, f"the block is headed {header_bus} but its Bus Id says {bus}")
         bus = header_bus
+    errors, mode_errors = _gpu_errors(block)
     return Gpu(
         index=index,
         uuid=_read(block.get(lay.uuid), _str),
@@ -564,7 +584,8 @@ def _gpu(
         utilization_memory_pct=_read(block.get(lay.util_mem), _pct),
         mig_enabled=_read(block.get(lay.mig), _bool),
         processes=processes,
-        errors=_gpu_errors(block),
+        errors=errors,
+        mode_errors=mode_errors,
         minor_number=_read(block.get(lay.minor), _int),
         reset_required=_read(block.get(lay.reset_required), _bool),
         drain_and_reset_recommended=_read(block.get(lay.drain_reset), _bool),
