@@ -50,8 +50,8 @@ def health_check(*, paths: tuple[str, ...], capture_dir: str | None, node: str |
     """Check one node from its captures, without NVML.
 
     PATH: capture files and directories of them, in any mix: nvidia-smi -q [-x], the
-    plain nvidia-smi table, nvidia-smi topo -m, nvidia-smi nvlink -s/-e/-c, dcgmi nvlink
-    -s, kernel logs (dmesg, journalctl, syslog).
+    plain nvidia-smi table, nvidia-smi topo -m, nvidia-smi nvlink -s/-e/-c, dcgmi diag
+    [-j] (-r 1/2/3), dcgmi nvlink -s, kernel logs (dmesg, journalctl, syslog).
 
     Without --class or --node the expectations come from the GPU model (named in the
     captures, or by --gpu-model): NVLink links and bridged pairs; an unknown model is

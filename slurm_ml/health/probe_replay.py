@@ -20,12 +20,13 @@ kind                                  recognised by / what it gives the snapshot
                                       active links, so it says nothing about health)
 kernel log (dmesg, journal)           ``NVRM: Xid``/``SXid`` lines, or mostly kernel-log
                                       lines: ``xids`` (SXids have no place in a snapshot)
+``dcgmi diag`` (table or ``-j``)      its frame, section lines or result rows, or the JSON
+                                      top key: ``dcgm_diag`` (``replay.dcgmi_diag``)
 blank file                            nothing (what ``nvlink -s`` prints without NVLink)
 ====================================  ====================================================
 
-Anything else (a ``dcgmi diag`` table, the plain ``nvidia-smi`` view, a Fabric Manager
-log), an unreadable or binary file, a damaged capture, or two captures that contradict
-each other raise :class:`CaptureError` naming the file.
+Anything else, an unreadable or binary file, a damaged capture, or two captures that
+contradict each other raise :class:`CaptureError` naming the file.
 
 Merging: the ``nvidia-smi -q`` capture (at most one) gives the GPUs, indexed in capture
 order. NVLink status and topology are attached by GPU index; a GPU they name that the
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from slurm_ml.health.replay.dcgmi_diag import looks_like_dcgmi_diag, parse_dcgmi_diag
 from slurm_ml.health.replay.dcgmi_nvlink import (
     looks_like_dcgmi_link_status,
     parse_dcgmi_link_status,
@@ -70,7 +72,15 @@ from slurm_ml.health.replay.smi_q import parse_smi_q
 from slurm_ml.health.replay.smi_table import looks_like_smi_table, parse_smi_table
 from slurm_ml.health.replay.topo import parse_topo_matrix
 from slurm_ml.health.replay.xid import parse_xids
-from slurm_ml.health.snapshot import Gpu, KernelEvent, NodeSnapshot, NvLink, XidEvent, bus_key
+from slurm_ml.health.snapshot import (
+    DcgmDiag,
+    Gpu,
+    KernelEvent,
+    NodeSnapshot,
+    NvLink,
+    XidEvent,
+    bus_key,
+)
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -81,6 +91,7 @@ __all__ = [
 ]
 
 CaptureKind = Literal[
+    "dcgmi_diag",
     "smi_q",
     "smi_table",
     "dcgmi_nvlink",
@@ -131,11 +142,6 @@ _KERNEL_LINE = re.compile(
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}\S*\s|"
     r"[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ kernel:|kernel:)"
 )
-#: Well-known outputs that are not captures ReplayProbe reads, for a better message.
-_NOT_READ: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|"),
-     "dcgmi diag output (run checks on nvidia-smi -q instead)"),
-)
 
 
 # ----------------------------------------------------------------------- classify
@@ -146,6 +152,8 @@ def classify(text: str) -> CaptureKind | None:
     body = text.lstrip("\ufeff \t\r\n")
     if not body.strip():
         return "blank"
+    if looks_like_dcgmi_diag(text):
+        return "dcgmi_diag"
     if body.startswith("<"):
         return "smi_q"
     if _KERNEL_EVENT.search(text):
@@ -177,12 +185,10 @@ def classify(text: str) -> CaptureKind | None:
 
 
 def _unknown(name: str, text: str) -> CaptureError:
-    why = next((what for rx, what in _NOT_READ if rx.search(text)), None)
     return CaptureError(
-        f"{name}: not a capture ReplayProbe reads"
-        + (f": {why}" if why else "")
-        + " (it reads nvidia-smi -q [-x], nvidia-smi topo -m, nvidia-smi nvlink -s/-e/-gt/-c "
-        "and kernel logs)"
+        f"{name}: not a capture ReplayProbe reads (it reads nvidia-smi -q [-x], nvidia-smi "
+        "topo -m, nvidia-smi nvlink -s/-e/-gt/-c, dcgmi diag [-j], dcgmi nvlink -s and "
+        "kernel logs)"
     )
 
 
@@ -199,6 +205,7 @@ class _Parts:
     headers: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
     xids: list[XidEvent] | None = None
     kernel: list[KernelEvent] | None = None
+    diag: tuple[str, DcgmDiag] | None = None
 
 
 def _headers(name: str, text: str, parts: _Parts) -> None:
@@ -216,7 +223,12 @@ def _headers(name: str, text: str, parts: _Parts) -> None:
 
 
 def _add(name: str, text: str, kind: CaptureKind, parts: _Parts) -> None:
-    if kind == "smi_q":
+    if kind == "dcgmi_diag":
+        if parts.diag is not None:
+            raise CaptureError(f"{name}: a second dcgmi diag run beside {parts.diag[0]}; "
+                               f"one run per node is judged")
+        parts.diag = (name, parse_dcgmi_diag(text))
+    elif kind == "smi_q":
         if parts.smi is not None:
             raise CaptureError(f"{name}: a second nvidia-smi -q capture beside "
                                f"{parts.smi[0]}; one node's captures go in one directory")
@@ -372,7 +384,16 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
         for index in indices:
             place(index, topo_name)
 
+    if parts.diag is not None:
+        diag_name, diag = parts.diag
+        for test in diag.tests:
+            for index in {g for g, _ in test.gpus} | {m.gpu for m in test.messages
+                                                      if m.gpu is not None}:
+                place(index, diag_name)
     base = smi if smi is not None else NodeSnapshot(node=node, gpus=())
+    if smi is None and parts.diag is not None and parts.diag[1].device_ids:
+        # dcgmi diag lists the device id of every GPU it ran on: the driver's count
+        base = dataclasses.replace(base, attached_gpus=len(parts.diag[1].device_ids))
     return dataclasses.replace(
         base,
         node=node,
@@ -380,6 +401,7 @@ def build_snapshot(captures: Sequence[tuple[str, str]], node: str = "") -> NodeS
         topology=topology,
         xids=None if parts.xids is None else tuple(parts.xids),
         kernel_events=None if parts.kernel is None else tuple(parts.kernel),
+        dcgm_diag=None if parts.diag is None else parts.diag[1],
         source="replay:" + ",".join(names),
     )
 

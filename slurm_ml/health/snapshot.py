@@ -156,6 +156,47 @@ class KernelEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DiagMessage:
+    """A message ``dcgmi diag`` printed for a test: an error, a warning or an info line,
+    and the GPU it belongs to (its entity row in DCGM 4.x, its result in the JSON, or
+    the GPU the text names), None for a message about the run as a whole."""
+
+    level: str  # "error" | "warning" | "info"
+    text: str
+    gpu: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DiagTest:
+    """One ``dcgmi diag`` test as run on a node.
+
+    ``key`` is DCGM's plugin name ("memory", "pcie", "page_retirement", ...: DCGM 3.x
+    prints display names, "GPU Memory", which map to it). ``status`` is the test's own
+    result (DCGM 4.x test line, JSON ``test_summary``, or a Deployment test's one result);
+    ``all_gpus`` a 3.x "<result> - All"; ``gpus`` each GPU's own result. Results are
+    lower case: "pass", "fail", "warn", "skip", "not run"."""
+
+    name: str
+    key: str
+    category: str  # "deployment" | "integration" | "hardware" | "stress" | ""
+    status: str | None = None
+    all_gpus: str | None = None
+    gpus: tuple[tuple[int, str], ...] = ()
+    messages: tuple[DiagMessage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmDiag:
+    """What one ``dcgmi diag`` run (text table or ``-j`` JSON) reported."""
+
+    tests: tuple[DiagTest, ...]
+    version: str | None = None  # DCGM's
+    driver: str | None = None
+    device_ids: tuple[str, ...] = ()  # PCI device ids, as "GPU Device IDs Detected" lists
+    runtime_error: str | None = None  # the run did not happen
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """Everything one probe run saw on a node."""
 
@@ -174,6 +215,8 @@ class NodeSnapshot:
     #: How many GPUs the driver reports (nvmlDeviceGetCount, "Attached GPUs"); in a replay
     #: of an excerpt or an ``nvidia-smi -q -i N`` capture it exceeds ``len(gpus)``.
     attached_gpus: Reading[int] = None
+    #: A ``dcgmi diag`` run on the node (replayed captures only); None: none was read.
+    dcgm_diag: DcgmDiag | None = None
 
 
 _BUS = re.compile(r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"

@@ -22,7 +22,7 @@ EXAMPLE = str(DEFAULT_CONFIG)
 
 def captures(tmp: Path, *rels: str) -> str:
     d = tmp / "captures"
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     for rel in rels:
         shutil.copy(capture(rel), d / Path(rel).name)
     return str(d)
@@ -108,7 +108,6 @@ def test_healthy_cloud_card_at_x8(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("rels", "args", "message"), [
     (("smi-q/gpud_h100x8_535.183.01_q_corrupted.invalid.txt",), (),
      "gpud_h100x8_535.183.01_q_corrupted.invalid.txt: line 86"),
-    (("ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt",), (), "dcgmi diag output"),
     (("smi-q/gpud_e2e_a10_550.127.05_q.txt",), ("--class", "h200-sxm"),
      "no node class 'h200-sxm' in the config (known: a100-80g, a100-40g, v100-pcie)"),
     (("smi-q/gpud_e2e_a10_550.127.05_q.txt",), ("--node", "login01"),
@@ -119,6 +118,21 @@ def test_bad_input_exits_2(tmp_path: Path, rels: tuple[str, ...], args: tuple[st
     code, out, err = run("--from-nvidia-smi", captures(tmp_path, *rels), *args)
     assert code == 2 and out == ""
     assert err.startswith("slurm-ml: error: ") and message in err
+
+
+def test_a_dcgmi_diag_run_is_read_as_evidence(tmp_path: Path) -> None:
+    code, out, _ = run("--from-nvidia-smi",
+                       captures(tmp_path, "ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt"),
+                       "--class", "a100-80g", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert not [f for f in report["findings"] if f["check_id"].startswith("dcgm.")], out
+    code, out, _ = run("--from-nvidia-smi", captures(
+        tmp_path / "fail", "ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt"),
+        "--class", "a100-80g", "--json")
+    drains = [(f["check_id"], f["gpu"]) for f in json.loads(out)["findings"]
+              if f["severity"] in ("drain", "drain_after_job")]
+    assert ("dcgm.memory", 0) in drains and code != 0
 
 
 def test_bad_config_and_missing_directory_exit_2(tmp_path: Path) -> None:

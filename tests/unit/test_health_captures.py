@@ -111,6 +111,18 @@ CASES: list[Case] = [
          "excerpt of 1 of 8 GPUs: remap pending after 177 correctable DRAM errors"),
     Case("ecc/netdata_tesla-p100_510.47.03_q_aggregate_sbe3.xml", pcie(1), [], "HEALTHY",
          "3 lifetime single-bit errors, none volatile, no retired pages: minor"),
+    # ------------------------------------------------------------ dcgmi diag (ecc/)
+    # Read as evidence (checks.dcgm); the model of the mleng excerpts is not shown, so no
+    # NVLink is expected of them. The pass run's count is its 8 detected device ids.
+    Case("ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt", A100_SXM_8, [], "HEALTHY",
+         "dcgmi diag -r 2 on a p4de: every test Pass"),
+    Case("ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt", pcie(8),
+         [("dcgm.memory", DRAIN, 0)], "FAULTY",
+         "GPU Memory: Fail - GPU: 0, with a thermal violation warning for GPU 0"),
+    Case("ecc/mleng_dcgmi_diag_r3_excerpt_uncorrectable_remap_pending.txt", pcie(1),
+         [("dcgm.deployment", AFTER, 3)], "FAULTY",
+         "Deployment Error row: GPU 3 has uncorrectable memory errors and pending row "
+         "remappings (as remap.pending: drain after the job)"),
     # ------------------------------------------------------------ nvlink -s (nvlink/)
     # These list only the GPUs shown and have no "Attached GPUs": the count expected is the
     # number shown; the node's count is judged on its -q capture.
@@ -175,10 +187,6 @@ CASES: list[Case] = [
 #: Captures no check can judge, and why. ``True``: ReplayProbe refuses it (CaptureError);
 #: ``False``: ReplayProbe reads it, but nothing in it is a health signal.
 NOT_JUDGED: dict[str, tuple[bool, str]] = {
-    # dcgmi diag runs its own tests; its table is not a snapshot.
-    "ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt": (True, "dcgmi diag table"),
-    "ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt": (True, "dcgmi diag table"),
-    "ecc/mleng_dcgmi_diag_r3_excerpt_uncorrectable_remap_pending.txt": (True, "dcgmi diag"),
     # The deliberately corrupted capture: a named error, never a guess.
     "smi-q/gpud_h100x8_535.183.01_q_corrupted.invalid.txt": (True, "corrupted -q output"),
     # Capabilities: H800 says "Link is supported: false" on healthy active links.

@@ -55,7 +55,8 @@ def text(rel: str) -> str:
     ("xid/mleng_xid63_row_remapper_line.log", "kernel_log"),
     ("xid/nvtrust124_dmesg_nvswitch_sxid22013.log", "kernel_log"),
     ("xid/ogkm1150_kernel_xid45_after_xid145_149_nvlink.log", "kernel_log"),
-    ("ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt", None),
+    ("ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt", "dcgmi_diag"),
+    ("ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt", "dcgmi_diag"),
     ("smi-q/gpud_nvidia-smi_table_550.90.07.txt", "smi_table"),
     ("nvlink/gpud_fabricmanager_nvswitch_nonfatal_12028.log", "fabricmanager"),
 ])
@@ -145,8 +146,11 @@ def test_blank_and_hidden_files_and_subdirectories_are_skipped(tmp_path: Path) -
 @pytest.mark.parametrize(("rels", "match"), [
     (("smi-q/gpud_h100x8_535.183.01_q_corrupted.invalid.txt",),
      r"gpud_h100x8_535\.183\.01_q_corrupted\.invalid\.txt: line 86"),
-    (("ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt",),
-     "mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt: not a capture"),
+    (("ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt",
+      "ecc/awsome_p4de_a100x8_dcgmi_diag_r2_pass.txt"), "a second dcgmi diag run"),
+    # A diag run that names GPUs 0-7 beside a -q capture of a 1-GPU node.
+    (("smi-q/gpud_e2e_a10_550.127.05_q.txt",
+      "ecc/mleng_dcgmi_diag_r2_excerpt_gpu0_memory_fail_thermal.txt"), "names GPU 1, but"),
     (("smi-q/gpud_e2e_a10_550.127.05_q.txt", "smi-q/gpud_titanv_560.35.03_q.txt"),
      "a second nvidia-smi -q capture"),
     (("topo/mleng_a100x8_nv12_topo.txt", "topo/mleng_h100x8_nv18_topo.txt"),

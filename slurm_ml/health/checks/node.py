@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from slurm_ml.health.checks import device, kernel, memory, nvlink, xid
+from slurm_ml.health.checks import dcgm, device, kernel, memory, nvlink, xid
 from slurm_ml.health.checks._common import Out, text
 from slurm_ml.health.checks.expect import Expectations, Thresholds
 from slurm_ml.health.checks.findings import Finding, sort_findings
@@ -88,4 +88,5 @@ def check_node(snap: NodeSnapshot, exp: Expectations, th: Thresholds, *,
     nvlink.bridges(snap, scope, out)
     xid.xids(snap, scope, xid_since, out)
     kernel.kernel_events(snap, scope, xid_since, out)
+    dcgm.dcgm_diag(snap, scope, out)
     return sort_findings(out.findings + out.missing_findings())
