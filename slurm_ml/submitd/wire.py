@@ -254,10 +254,14 @@ def merge_update(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[
 
     A new GPU spec in any tres_per_* field replaces all old ones (Slurm does the same).
     The job's current time_min is left out (policy never reads it on an update), so a
-    time_min in the result is one the update sets.
+    time_min in the result is one the update sets. So is a current memory of 0: a job
+    record holds 0 both for ``--mem=0`` (all of a node) and for a job that asked for no
+    memory with no DefMemPer* set, and reading the second as the first would let an
+    update through as whole-node use that is not.
     """
     merged = {k: v for k, v in normalize(current).items()
-              if v is not None and k != "time_min"}
+              if v is not None and k != "time_min"
+              and not (k in ("min_mem_per_node", "min_mem_per_cpu") and v == 0)}
     given = {k: v for k, v in normalize(update).items()
              if v is not None and v not in (NO_VAL, NO_VAL16)}
     if any(k in TRES_FIELDS for k in given):

@@ -933,6 +933,10 @@ MODIFIES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
      {"action": "accept", "set": {}, "message": ""}),
     ("min-nodes-update-strands-gpus", {**CURRENT, "tres_per_node": "gres:gpu:6"},
      {"min_nodes": 2}, {"action": "reject", "code": 2006}),
+    # A job record's memory 0 is also "asked for none": not --mem=0's whole node.
+    ("current-memory-zero-is-not-whole-node-use",
+     {**CURRENT, "tres_per_node": "gres:gpu:2", "min_mem_per_node": 0},
+     {"min_nodes": 2, "tres_per_node": "gres:gpu:6"}, {"action": "reject", "code": 2006}),
     ("noval-update-fields-ignored", CURRENT, {"min_nodes": NO_VAL, "features": "nvlink"},
      {"action": "accept", "set": {}, "message": ""}),
     ("typed-current-widened-by-constraint-update",
