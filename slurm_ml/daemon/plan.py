@@ -17,19 +17,13 @@ from slurm_ml.config.rules import associations
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.repair_view import node_events
-from slurm_ml.model import Job, JobState
-from slurm_ml.policy import preempt_grace
-from slurm_ml.policy.contracts import (
-    PreemptionLedger,
-    after_requeues,
-    allocation_positions,
-    plan_requeues,
-    preemption_budget_left,
-)
-from slurm_ml.policy.fairshare import FairShare, fair_share, site_factors
-from slurm_ml.policy.fairshare.lane import Lane, LaneJob, lane_members, lane_site_factors
-from slurm_ml.policy.lane_requeue import plan_lane_requeues
-from slurm_ml.policy.placement import cluster_nodes, node_slots
+from slurm_ml.model import ALLOC_QOS, Job, JobState
+from slurm_ml.policy import fairshare, preempt_grace, reconcile
+from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
+from slurm_ml.policy.contracts import PreemptionLedger, preemption_budget_left
+from slurm_ml.policy.fairshare import FairShare, Footprint, lane
+from slurm_ml.policy.fairshare.lane import Lane
+from slurm_ml.policy.placement import NodeMap, NodeSpec, cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
     ZombieStatus,
     orphan_drains,
@@ -203,23 +197,61 @@ def snapshots(fair: FairShare, now: int,
 def current_fair_share(cfg: Config, obs: Observation,
                        refunds: Sequence[Refund] | None = None) -> FairShare:
     """The window's fair share, ranking the associations that have jobs pending now;
-    runs a slurm-ml drain ended (``refunds``, else :func:`views.run_refunds`) uncharged."""
-    pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
+    runs a slurm-ml drain ended (``refunds``, else :func:`views.run_refunds`) uncharged.
+    The same value as the cycle's (``reconcile``), for the commands that show it."""
     if refunds is None:
         refunds = views.run_refunds(cfg, obs.usage, obs.drains)
+    footprints, assocs = _demand(cfg, obs, refunds)
+    return fairshare.fair_share(cfg, footprints, obs.now, assocs)
+
+
+def _demand(cfg: Config, obs: Observation, refunds: Sequence[Refund],
+            ) -> tuple[list[Footprint], set[tuple[str, str]]]:
+    """The window's footprints (runs in ``refunds`` uncharged) and the associations
+    with jobs pending now, the only ones fair share ranks."""
+    pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
     uncharged = {(r.job_id, r.start) for r in refunds}
-    return fair_share(cfg, views.footprints(cfg, obs.jobs, obs.usage, uncharged), obs.now,
-                      pending_assocs={(p.account, p.user) for p in pending})
+    return (views.footprints(cfg, obs.jobs, obs.usage, uncharged),
+            {(p.account, p.user) for p in pending})
 
 
 def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
     """This cycle's fast lane for short work (:mod:`slurm_ml.policy.fairshare.lane`)."""
-    return _fast_lane(cfg, *views.lane_jobs(cfg, jobs))
+    pending, running = views.lane_jobs(cfg, jobs)
+    return lane.lane_members(pending, running, cfg.total_gpus(), cfg=cfg.policy.fast_lane,
+                             fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
 
 
-def _fast_lane(cfg: Config, pending: Sequence[LaneJob], running: Sequence[LaneJob]) -> Lane:
-    return lane_members(pending, running, cfg.total_gpus(), cfg=cfg.policy.fast_lane,
-                        fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
+@dataclass(frozen=True, slots=True)
+class ObservedQueue:
+    """The jobs waiting for GPUs in Slurm's order (``views.waiting_jobs``), as the cycle
+    reads them (``policy.reconcile.WaitingQueue``)."""
+
+    waiting: Sequence[WaitingJob]
+
+    def alloc_accounts(self) -> list[str]:
+        return list(dict.fromkeys(w.account for w in self.waiting if w.qos == ALLOC_QOS))
+
+    def alloc_jobs(self, accounts: Collection[str]) -> list[WaitingJob]:
+        wanted = set(accounts)
+        return sorted((w for w in self.waiting if w.qos == ALLOC_QOS and w.account in wanted),
+                      key=lambda w: (w.order, w.job_id))
+
+    def jobs(self, job_ids: Collection[int]) -> list[WaitingJob]:
+        wanted = set(job_ids)
+        return [w for w in self.waiting if w.job_id in wanted]
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedRoom:
+    """The room slurmctld's nodes have (``policy.reconcile.Room``)."""
+
+    nodes: Sequence[NodeSpec]
+    running: Sequence[RunningJob]
+
+    def __call__(self, gone: Collection[int]) -> NodeMap:
+        running = [r for r in self.running if r.job_id not in gone] if gone else self.running
+        return node_slots(self.nodes, running)
 
 
 def refund_actions(refunds: Sequence[Refund], done: Collection[str]) -> list[Action]:
@@ -260,20 +292,7 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     """Everything this cycle would do, decided from ``obs`` alone."""
     now = obs.now
     jobs = obs.jobs
-    pending = views.pending_jobs(jobs, cfg.policy.fairshare)
     refunds = views.run_refunds(cfg, obs.usage, obs.drains)
-    fair = current_fair_share(cfg, obs, refunds)
-    targets = site_factors(fair, pending, cfg.policy.fairshare)
-    lane_pending, lane_running = views.lane_jobs(cfg, jobs)
-    lane = _fast_lane(cfg, lane_pending, lane_running)
-    targets.update(lane_site_factors(lane, lane_pending, cfg.policy.fairshare))
-    current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
-    # None: sprio does not list the job (held, dependency, begin time, a requeued job's
-    # restart delay); pushing it every cycle would change nothing visible. It is set in
-    # the first cycle sprio lists it.
-    changed = {job: v for job, v in targets.items()
-               if current.get(job) is not None and current.get(job) != v}
-
     actions: list[Action] = refund_actions(refunds, obs.refunded)
     if obs.runaway and cfg.policy.reclaim.fix_runaway:
         ids = sorted(obs.runaway)
@@ -315,30 +334,31 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
 
     # a job Slurm preempted is on its way out: no requeue of ours picks it
     graced = {j.job_id for j in jobs if preempt_grace.in_grace(j)}
-    candidates = [r for r in running if r.job_id not in acted and r.job_id not in graced]
     book = ledger(history)
     # this cycle's zombie requeues use up the cluster cap too
     book = PreemptionLedger(last_requeue=book.last_requeue, recent=[
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")],
         lane_recent=book.lane_recent)
     coming = room_coming(history, now)
-    waiting = [w for w in views.waiting_jobs(cfg, jobs) if w.job_id not in coming]
-    positions = allocation_positions(fair, running)
-    requeues = plan_requeues(
-        now, candidates, waiting, positions, book,
-        node_slots(cluster_nodes(cfg, obs.nodes), running), cfg.total_gpus(),
-        cfg.policy.contracts)
-    # the lane's own, on the room the contracts' requeues leave (docs/operator.md)
-    gone = {rq.victim for rq in requeues}
-    lane_requeues = plan_lane_requeues(
-        now, [r for r in candidates if r.job_id not in gone],
-        [w for w in waiting if w.job_id in lane.members], after_requeues(positions, requeues),
-        book,
-        node_slots(cluster_nodes(cfg, obs.nodes), [r for r in running if r.job_id not in gone]),
-        cfg.total_gpus(), cfg.policy.fast_lane, cfg.policy.contracts,
-        short={j.job_id for j in lane_running})
-    for decision, rq in [*(("requeue", r) for r in requeues),
-                         *(("lane_requeue", r) for r in lane_requeues)]:
+    footprints, assocs = _demand(cfg, obs, refunds)
+    lane_pending, lane_running = views.lane_jobs(cfg, jobs)
+    cycle = reconcile.reconcile(cfg, reconcile.CycleInput(
+        now=now, footprints=footprints, pending_assocs=assocs,
+        pending=views.pending_jobs(jobs, cfg.policy.fairshare),
+        lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
+        queue=ObservedQueue([w for w in views.waiting_jobs(cfg, jobs)
+                             if w.job_id not in coming]),
+        room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
+        total_gpus=cfg.total_gpus(), held_back=acted | graced))
+    targets = {**cycle.site_factors, **cycle.lane_factors}
+    current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
+    # None: sprio does not list the job (held, dependency, begin time, a requeued job's
+    # restart delay); pushing it every cycle would change nothing visible. It is set in
+    # the first cycle sprio lists it.
+    changed = {job: v for job, v in targets.items()
+               if current.get(job) is not None and current.get(job) != v}
+    for decision, rq in [*(("requeue", r) for r in cycle.requeues),
+                         *(("lane_requeue", r) for r in cycle.lane_requeues)]:
         actions.append(Action(
             kind="requeue", decision=decision, job_id=rq.victim, gpus=rq.gpus,
             reason=rq.reason,
@@ -362,8 +382,8 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
             key=derive_key("daemon.drain", d.node, d.kind, cause), details=dict(d.details)))
 
     actions += repair_actions(cfg, obs, actions, skip_nodes=seen)
-    return Plan(now=now, cycle=now, fair=fair, site_factors=targets, changed=changed,
-                actions=tuple(actions), snapshots=snapshots(fair, now, lane),
+    return Plan(now=now, cycle=now, fair=cycle.fair, site_factors=targets, changed=changed,
+                actions=tuple(actions), snapshots=snapshots(cycle.fair, now, cycle.lane),
                 wake_at=tuple(preempt_grace.grace_ends(now, jobs)))
 
 

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from slurm_ml.config import ContractsConfig
 from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS
-from slurm_ml.policy import contracts, fairshare, lane_requeue
+from slurm_ml.policy import fairshare, lane_requeue, reconcile
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import (
     AllocationPosition,
     PreemptionLedger,
     Requeue,
-    allocation_positions,
 )
 from slurm_ml.policy.fairshare import FairShare, lane
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
+from slurm_ml.policy.placement import NodeMap
 from slurm_ml.sim import state as es
 from slurm_ml.sim.room import placement_nodes, placement_nodes_now
 from slurm_ml.sim.state import Key, SimState, Task
@@ -222,57 +222,44 @@ class Budget(Policy):
         return (tier, -site_factor, task.pend_since, task.spec.job_id)
 
     def cycle(self, st: SimState, *, decide: bool = True) -> CycleOutcome:
+        """The reconcile cycle (``policy.reconcile``) on the simulated state: the daemon's
+        own, fed from the state's indexes. ``decide`` only records the whole queue and
+        every job's SiteFactor; it never changes what is decided."""
         cfg = st.cfg
         now = st.stamp(st.now)
-        fair = fairshare.fair_share(cfg, st.ledger, now, st.pending_assocs.keys(),
-                                    capacity=st.capacity)
         # One job per class: site_factors gives every job of a class its value, ranking
         # the same associations (every class of every pending association is there).
         reps = {cls: next(iter(tasks.values())).pending_job
                 for cls, tasks in st.classes.items()}
-        per_rep = fairshare.site_factors(fair, reps.values(), cfg.policy.fairshare)
-        by_class = {cls: per_rep[rep.job_id] for cls, rep in reps.items()}
-        laned = self._lane(st)
-        moved = self._rekey(st, by_class, laned)
-        if moved:  # else the queue is still in key order (the engine keeps it sorted)
+        lane_pending, lane_running = self._lane_work(st)
+        running = [t.running_job for t in st.running.values() if t.running_job is not None]
+        out = reconcile.reconcile(cfg, reconcile.CycleInput(
+            now=now, footprints=st.ledger, pending_assocs=st.pending_assocs.keys(),
+            pending=reps.values(), lane_pending=lane_pending, lane_running=lane_running,
+            running=running, ledger=st.preemption_ledger(), queue=SimQueue(st),
+            room=SimRoom(st, running), total_gpus=st.cluster.total,
+            capacity=st.capacity), requeue=self.contract)
+        by_class = {cls: out.site_factors[rep.job_id] for cls, rep in reps.items()}
+        laned = out.lane_factors
+        self.lane_held = dict(out.lane.held)
+        if self._rekey(st, by_class, laned):  # else the queue is still in key order
             st.pending.sort(key=es.task_key)
-        self.account_band = {s.account: s.site_factor for s in fair.standings
+        self.account_band = {s.account: s.site_factor for s in out.fair.standings
                              if s.kind == "project" and s.site_factor is not None}
         if not self.contract:
-            return CycleOutcome(fair=fair, sorted=True)
-        running = [t.running_job for t in st.running.values() if t.running_job is not None]
-        pos = allocation_positions(fair, running)
-        ledger = st.preemption_ledger()
-        ccfg = cfg.policy.contracts
-        waiting: list[WaitingJob] = []
-        if decide:
-            waiting = es.waiting_jobs(st)
-            starved = starved_of(now, waiting, pos, ccfg)
-            victims = narrow_victims(now, running, pos, ledger, ccfg) if starved else []
-        else:  # the same two lists, the shorter first: most cycles have no victim at all
-            # (with no preemption budget left, plan_requeues returns [] at once)
-            teams = self._starving_teams(st, now, pos)
-            victims = (narrow_victims(now, running, pos, ledger, ccfg) if teams and
-                       contracts.preemption_budget_left(now, ledger, st.cluster.total,
-                                                        ccfg) > 0 else [])
-            starved = self._starved(st, now, pos, teams) if victims else []
-        # no starved job or no victim: plan_requeues has nothing to do and returns []
-        # (see ``narrow``), so the room is not built
-        requeues = contracts.plan_requeues(now, victims, starved, pos, ledger,
-                                           placement_nodes_now(st),
-                                           st.cluster.total, ccfg, in_order=not decide,
-                                           pool_given=True) if starved and victims else []
-        requeues += self._lane_requeues(st, now, laned, running, pos, ledger, requeues)
+            return CycleOutcome(fair=out.fair, sorted=True)
+        requeues = list(out.all_requeues)
         decision = None
         if decide:
             factors = {t.spec.job_id: laned.get(t.spec.job_id, by_class[es.job_class(t)])
                        for t in st.pending}
-            decision = BudgetCycleDecision(now=now, fair=fair, site_factors=factors,
-                                           waiting=tuple(waiting), running=tuple(running),
-                                           positions=pos, ledger=ledger,
+            decision = BudgetCycleDecision(now=now, fair=out.fair, site_factors=factors,
+                                           waiting=tuple(es.waiting_jobs(st)),
+                                           running=tuple(running), positions=out.positions,
+                                           ledger=st.preemption_ledger(),
                                            free_gpus=es.free_gpus(st),
                                            requeues=tuple(requeues))
-        return CycleOutcome(fair=fair, requeues=requeues, decision=decision, sorted=True)
+        return CycleOutcome(fair=out.fair, requeues=requeues, decision=decision, sorted=True)
 
     def _rekey(self, st: SimState, by_class: dict[tuple[str, str, int, bool], int],
                laned: dict[int, int]) -> bool:
@@ -307,62 +294,14 @@ class Budget(Policy):
                 moved = True
         return moved
 
-    def _lane_requeues(self, st: SimState, now: int, laned: dict[int, int],  # noqa: PLR0917
-                       running: list[RunningJob], pos: dict[str, AllocationPosition],
-                       ledger: PreemptionLedger, planned: list[Requeue]) -> list[Requeue]:
-        """The lane's own requeues (``policy.lane_requeue``) for this cycle's waiting lane
-        members, on the room the contracts' requeues leave, as the daemon plans them."""
-        fl, ccfg = st.cfg.policy.fast_lane, st.cfg.policy.contracts
-        if not laned or lane_requeue.lane_budget_left(now, ledger, st.cluster.total,
-                                                      fl, ccfg) <= 0:
-            return []
-        waiting = [es.waiting_job(st, st.by_id[j], -1) for j in laned]
-        gone = {rq.victim for rq in planned}
-        left = [r for r in running if r.job_id not in gone] if gone else running
-        nodes = placement_nodes(st, left) if gone else placement_nodes_now(st)
-        short = {t.spec.job_id for t in st.running.values() if self.lane_job(st, t) is not None}
-        after = contracts.after_requeues(pos, planned) if planned else pos
-        return lane_requeue.plan_lane_requeues(now, left, waiting, after, ledger, nodes,
-                                               st.cluster.total, fl, ccfg, short)
-
-    @staticmethod
-    def _starving_teams(st: SimState, now: int,
-                        positions: dict[str, AllocationPosition]) -> list[str]:
-        """The teams with alloc jobs queued whose position a job of theirs could be
-        starved with (``is_starved`` of a probe job that has waited forever); no other
-        team's job is starved."""
-        cfg = st.cfg.policy.contracts
-        probe = contracts.probe_job(now - (1 << 40))
-        return [team for team in st.alloc_of
-                if contracts.is_starved(now, probe, positions.get(team), {}, cfg)]
-
-    @staticmethod
-    def _starved(st: SimState, now: int, positions: dict[str, AllocationPosition],
-                 teams: list[str]) -> list[WaitingJob]:
-        """``starved_of`` the whole queue, from the alloc jobs of ``teams``
-        (``_starving_teams``), in queue order. Their ``order`` is not their place: the
-        caller passes them to ``plan_requeues`` as already in order (``in_order``), the
-        only reader of ``order``."""
-        cfg = st.cfg.policy.contracts
-        out: list[tuple[Key, WaitingJob]] = []
-        for team in teams:
-            pos = positions.get(team)
-            for task in st.alloc_of[team].values():
-                w = es.waiting_job(st, task, -1)
-                if contracts.is_starved(now, w, pos, {}, cfg):
-                    out.append((task.key, w))
-        out.sort(key=itemgetter(0))  # the queue's order (keys are unique: they end in the job id)
-        return [w for _, w in out]
-
-    def _lane(self, st: SimState) -> dict[int, int]:
-        """This cycle's fast lane (``policy.fairshare.lane``, as the daemon's cycle runs
-        it) and its members' SiteFactor; its room is what admission sees until the next."""
-        cfg = st.cfg
+    def _lane_work(self, st: SimState) -> tuple[list[lane.LaneJob], list[lane.LaneJob]]:
+        """The lane work queued and running (the daemon's ``views.lane_jobs``), kept from
+        cycle to cycle: the last cycle's queue, plus what has been queued since, less what
+        has left. With no lane room (``lane_cap``) there is none to give."""
         if self.lane_cap <= 0:
-            self.lane_held = {}
-            return {}
-        queued = self._lane_pending  # the lane work queued: the last cycle's, plus what
-        for task in st.fresh:          # has been queued since, less what has left
+            return [], []
+        queued = self._lane_pending
+        for task in st.fresh:
             if self.lane_job(st, task) is not None:
                 queued[task.spec.job_id] = task
         for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
@@ -370,43 +309,43 @@ class Budget(Policy):
         # lane_members takes them oldest first, whatever the order given
         pending = [j for t in queued.values() if (j := self.lane_job(st, t)) is not None]
         running = [j for t in st.running.values() if (j := self.lane_job(st, t)) is not None]
-        got = lane.lane_members(pending, running, st.cluster.total,
-                                cfg=cfg.policy.fast_lane, fcfg=cfg.policy.fairshare,
-                                associations=self.associations)
-        self.lane_held = dict(got.held)
-        return lane.lane_site_factors(got, pending, cfg.policy.fairshare)
+        return pending, running
 
 
-def narrow(now: int, running: list[RunningJob], waiting: list[WaitingJob],  # noqa: PLR0917
-           positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
-           cfg: ContractsConfig) -> tuple[list[RunningJob], list[WaitingJob]]:
-    """The running jobs that could be requeued for someone and the waiting jobs that
-    could ask, so that ``plan_requeues`` (which tries every victim for every starved
-    job) gets the same answer from fewer of each: ``starved_of`` and ``narrow_victims``,
-    and neither when the other is empty (``plan_requeues`` then returns nothing)."""
-    starved = starved_of(now, waiting, positions, cfg)
-    if not starved:
-        return [], []
-    victims = narrow_victims(now, running, positions, ledger, cfg)
-    return victims, starved if victims else []
+class SimQueue:
+    """The simulated queue as the cycle reads it (``policy.reconcile.WaitingQueue``):
+    from the state's index of QOS alloc jobs per team, in the queue's order."""
+
+    def __init__(self, st: SimState) -> None:
+        self.st = st
+
+    def alloc_accounts(self) -> Iterable[str]:
+        return self.st.alloc_of.keys()
+
+    def alloc_jobs(self, accounts: Collection[str]) -> list[WaitingJob]:
+        """Their place (``order``) is not read: the cycle hands them to ``plan_requeues``
+        as already in order, its only reader."""
+        st = self.st
+        out = [(task.key, task) for a in accounts for task in st.alloc_of.get(a, {}).values()]
+        out.sort(key=itemgetter(0))  # keys are unique: they end in the job id
+        return [es.waiting_job(st, task, -1) for _, task in out]
+
+    def jobs(self, job_ids: Collection[int]) -> list[WaitingJob]:
+        st = self.st
+        return [es.waiting_job(st, st.by_id[j], -1) for j in job_ids]
 
 
-def starved_of(now: int, waiting: list[WaitingJob],
-               positions: dict[str, AllocationPosition],
-               cfg: ContractsConfig) -> list[WaitingJob]:
-    """The waiting jobs starved even with no GPU free (``is_starved`` with nothing free):
-    any other never becomes starved during the plan, because its ratio, wait and reason
-    do not change there, only the free GPUs do."""
-    return [w for w in waiting
-            if contracts.is_starved(now, w, positions.get(w.account), {}, cfg)]
+class SimRoom:
+    """The simulated nodes' room (``policy.reconcile.Room``): kept as jobs start and stop
+    (``room.placement_nodes_now``), rebuilt only without this cycle's victims."""
 
+    def __init__(self, st: SimState, running: Sequence[RunningJob]) -> None:
+        self.st, self.running = st, running
 
-def narrow_victims(now: int, running: list[RunningJob],
-                   positions: dict[str, AllocationPosition], ledger: PreemptionLedger,
-                   cfg: ContractsConfig) -> list[RunningJob]:
-    """The running jobs requeueable for someone (``contracts.requeueable``, the pool
-    ``plan_requeues`` itself draws its victims from)."""
-    return contracts.requeueable(now, running, positions, ledger, cfg)
+    def __call__(self, gone: Collection[int]) -> NodeMap:
+        if not gone:
+            return placement_nodes_now(self.st)
+        return placement_nodes(self.st, [r for r in self.running if r.job_id not in gone])
 
 
 def make_policy(name: str, st: SimState) -> Policy:

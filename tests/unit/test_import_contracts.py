@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ CHECKS_PURE = "health checks are pure: no probe, Slurm, store or process, even i
 CHECKS_NO_IO = "health checks do no I/O of their own"
 POLICY_PURE = "policy is pure: no I/O layers"
 LAYERS = "layers"
+DRIVERS = "the daemon and the simulator drive one cycle: neither imports the other"
 
 _VERDICT = re.compile(r"^(?P<name>.+) (?P<verdict>KEPT|BROKEN)(?: \(\d+ ignored imports?\))?$")
 
@@ -95,6 +97,12 @@ PLANTS = {
         # The checks use policy.quarantine, so through it they would reach store/ too.
         frozenset({POLICY_PURE, LAYERS, CHECKS_PURE}),
         "slurm_ml.policy.quarantine -> slurm_ml.store.records",
+    ),
+    "simulator-imports-the-daemon": Plant(
+        "slurm_ml/sim/policies.py",
+        "from slurm_ml.daemon import views\n",
+        frozenset({DRIVERS, LAYERS}),
+        "slurm_ml.sim.policies -> slurm_ml.daemon.views",
     ),
     # Allowed: what the boundaries are for must keep every contract.
     "allowed-proc-run-from-health-report": Plant(
@@ -185,3 +193,11 @@ def test_planted_import(tmp_path: Path, case: str) -> None:
         assert plant.chain in out, out
     else:
         assert rc == 0, out
+
+
+def test_both_drivers_call_the_one_reconcile_cycle() -> None:
+    """No contract type says "must import", so the graph itself (grimp, import-linter's
+    own library) is asked."""
+    graph = grimp.build_graph("slurm_ml")
+    for driver in ("slurm_ml.daemon.plan", "slurm_ml.sim.policies"):
+        assert graph.direct_import_exists(importer=driver, imported="slurm_ml.policy.reconcile")

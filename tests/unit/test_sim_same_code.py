@@ -1,6 +1,7 @@
 """The simulator runs the production policy code, not a copy of it.
 
-(a) Swapping a function in ``slurm_ml/policy/`` changes what the simulator does.
+(a) Swapping a function in ``slurm_ml/policy/`` changes what the simulator does, and
+    both drivers call the one reconcile cycle (``policy.reconcile.reconcile``).
 (b) Stepped cycle by cycle, the order and requeues the simulator uses are what the
     daemon's own ``plan_cycle`` decides on the same inputs (an Observation built from the
     simulated cluster: jobs, accounting rows, nodes, the requeue history).
@@ -23,11 +24,11 @@ from slurm_ml.config import Config
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import ALLOC_QOS, GpuRequest, Job, JobState, JobUsage
-from slurm_ml.policy import contracts, fairshare
+from slurm_ml.policy import contracts, fairshare, reconcile
 from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger
 from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger
 from slurm_ml.policy.placement import NodeSpec, node_slots
-from slurm_ml.sim import policies
+from slurm_ml.policy.reconcile import cycle as reconcile_cycle
 from slurm_ml.sim.engine import Engine, SimSettings, simulate
 from slurm_ml.sim.policies import BudgetCycleDecision
 from slurm_ml.sim.workload import DEBUG, SimJob
@@ -52,6 +53,40 @@ def test_a_different_site_factor_policy_changes_the_simulation(
     monkeypatch.setattr(fairshare, "site_factors", upside_down)
     after = runs(simulate(cfg, jobs, "budget"))
     assert after[2] == (3600, 3700)  # now the over-served a goes first
+
+
+def test_the_daemon_and_the_simulator_call_the_one_reconcile_cycle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither driver orders the cycle's steps itself: each builds a ``CycleInput`` and
+    calls ``reconcile``, and what it acts on is what that call returned."""
+    calls: list[tuple[str, reconcile.CycleDecision]] = []
+    real = reconcile.reconcile
+
+    def spy(cfg: Config, inp: reconcile.CycleInput, **kw: Any) -> reconcile.CycleDecision:
+        got = real(cfg, inp, **kw)
+        calls.append((type(inp.queue).__name__, got))
+        return got
+
+    monkeypatch.setattr(reconcile, "reconcile", spy)
+    result = simulate(contract_cfg(), contract_jobs(), "budget")
+    sim_calls = [d for who, d in calls if who == "SimQueue"]
+    assert sim_calls and len(sim_calls) == len(calls)
+    assert result.preemptions == sum(len(d.all_requeues) for d in sim_calls) == 1
+
+    calls.clear()
+    cfg, jobs = mixed_scenario()
+    engine = Engine(cfg, jobs, "budget", SETTINGS, decisions=True)
+    record = next(r for r in engine.cycles() if r.decision and r.decision.requeues)
+    assert record.decision is not None
+    obs = observation(cfg, record.decision, [], {j.job_id: j for j in jobs}, [])
+    calls.clear()
+    plan = plan_cycle(cfg, obs)
+    assert [who for who, _ in calls] == ["ObservedQueue"]
+    decided = calls[0][1]
+    assert plan.fair is decided.fair
+    assert plan.site_factors == {**decided.site_factors, **decided.lane_factors}
+    assert [a.job_id for a in plan.actions if a.kind == "requeue"] == [
+        r.victim for r in decided.all_requeues]
 
 
 def test_a_different_contract_policy_changes_the_simulation(
@@ -80,19 +115,16 @@ def test_a_different_fair_share_changes_the_simulation(
 
 def test_narrowing_the_contract_inputs_changes_no_decision(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine hands plan_requeues only possible victims and starved jobs, found from
-    the teams that can starve at all (for speed); with the whole queue and every running
-    job handed over (a run that records its decisions, narrowing nothing) the run is the
-    same."""
+    """The cycle hands plan_requeues only possible victims and starved jobs, found from
+    the accounts that can starve at all (for speed); with every alloc job waiting and
+    every running job handed over, the run is the same."""
     cfg, jobs = mixed_scenario()
     narrowed = simulate(cfg, jobs, "budget", settings=SETTINGS)
-    monkeypatch.setattr(policies, "starved_of",
-                        lambda now, waiting, *rest: list(waiting))
-    monkeypatch.setattr(policies, "narrow_victims", lambda now, running, *rest: running)
-    engine = Engine(cfg, jobs, "budget", SETTINGS, decisions=True)
-    for record in engine.cycles():
-        assert record.decision is not None
-    whole = engine.result()
+    monkeypatch.setattr(reconcile_cycle, "starving_accounts",
+                        lambda now, accounts, *rest: list(accounts))
+    monkeypatch.setattr(reconcile_cycle, "starved_of", lambda now, waiting, *rest: list(waiting))
+    monkeypatch.setattr(reconcile_cycle, "narrow_victims", lambda now, running, *rest: running)
+    whole = simulate(cfg, jobs, "budget", settings=SETTINGS)
     assert narrowed.preemptions > 0
     assert (narrowed.jobs, narrowed.samples) == (whole.jobs, whole.samples)
 
@@ -130,9 +162,10 @@ def test_narrowing_keeps_a_job_that_starves_only_once_the_free_gpus_are_promised
                        NodeSpec("m3", "t", "l1", 2)], running)
     whole = contracts.plan_requeues(now, running, waiting, positions, ledger, free, 18, cfg)
     assert [(r.victim, r.for_job) for r in whole] == [(1, 100), (2, 101)]
-    victims, starved = policies.narrow(now, running, waiting, positions, ledger, cfg)
+    victims = reconcile_cycle.narrow_victims(now, running, positions, ledger, cfg)
+    starved = reconcile_cycle.starved_of(now, waiting, positions, cfg)
     assert contracts.plan_requeues(now, victims, starved, positions, ledger, free, 18,
-                                   cfg) == whole
+                                   cfg, in_order=True, pool_given=True) == whole
 
 
 # --------------------------------------------------------------------------- (b)
