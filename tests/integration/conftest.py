@@ -15,6 +15,17 @@ from slurm_ml.devcluster.cluster import DevCluster
 from slurm_ml.devcluster.layout import Layout
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder needs the dev cluster, so every one is marked here: a
+    module that forgot its ``pytestmark`` ran in the unit pass instead, where ``make
+    unit`` has no cluster, and not in the integration pass."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="module")
 def cluster(slurm_conf: str) -> DevCluster:
     """The running dev cluster with its default config (a module that needs another

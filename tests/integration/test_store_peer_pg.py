@@ -20,6 +20,8 @@ from slurm_ml.store.errors import StoreUnavailable
 from slurm_ml.store.migrate import migrate
 from slurm_ml.store.postgres import PostgresStore
 
+pytestmark = pytest.mark.integration
+
 #: the lines docs/admin.md (step 5) tells the admin to add
 IDENT = "slurmml   root    slurmml\nslurmml   slurm   slurmml\n"
 HBA = "local   slurmml   slurmml   peer map=slurmml\n"

@@ -20,6 +20,8 @@ from slurm_ml.store.dsn import dsn_warnings
 from slurm_ml.store.errors import AuthMethodRefused
 from slurm_ml.store.postgres import PostgresStore
 
+pytestmark = pytest.mark.integration
+
 NOTHING_HAPPENED = "No requeue, cancel or warning by slurm-ml."
 
 
