@@ -15,7 +15,7 @@ with arrivals scaled to 2.5x the cluster's capacity (``scenario.arrival_scale_fo
 
 Usage: python benchmarks/bench_sim.py [--policy budget[,fifo...]] [--gpus 1000] [--days D]
                                       [--demand X] [--overload] [--synthetic]
-                                      [--profile] [--json]
+                                      [--cycle-s S] [--profile] [--json]
 Targets: quiet (issue 6) >= 1 simulated day per second with policy ``budget``, <= 1 GB
 RSS; overload (issue 17) >= 5 simulated days per second, <= 1 GB RSS.
 """
@@ -37,7 +37,7 @@ from typing import Any
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
-from slurm_ml.sim.engine import SimSettings, simulate
+from slurm_ml.sim.engine import Engine, SimSettings
 from slurm_ml.sim.workload import LARGE, SMALL, SimJob
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,24 +172,42 @@ def run_one(
     jobs: list[SimJob],
     policy: str,
     profile: bool,
+    cycle_s: float = SimSettings().cycle_s,
 ) -> tuple[dict[str, object], cProfile.Profile | None]:
-    """One simulation under ``policy``: its speed, and the profile when asked."""
+    """One simulation under ``policy``: its speed (the whole run, and its loaded part:
+    the cycles that began with work queued), and the profile when asked."""
     profiler = cProfile.Profile() if profile else None
+    engine = Engine(cfg, jobs, policy, SimSettings(cycle_s=cycle_s), decisions=False)
     began = time.perf_counter()
     if profiler is not None:
         profiler.enable()
-    result = simulate(cfg, jobs, policy, settings=SimSettings())
+    loaded_sim = loaded_wall = 0.0
+    last_t: float | None = None
+    last_wall = began
+    queued = False
+    for record in engine.cycles():
+        wall_now = time.perf_counter()
+        if queued and last_t is not None:
+            loaded_sim += record.t_s - last_t
+            loaded_wall += wall_now - last_wall
+        queued = any(record.sample.pending_gpus.values())
+        last_t, last_wall = record.t_s, wall_now
+    result = engine.result()
     if profiler is not None:
         profiler.disable()
     wall = time.perf_counter() - began
     days = (result.end_s - result.start_s) / DAY
     return {
         "policy": policy,
+        "cycle_s": cycle_s,
         "cluster_gpus": result.cluster_gpus,
         "jobs": len(jobs),
         "simulated_days": round(days, 2),
         "wall_s": round(wall, 2),
         "sim_days_per_s": round(days / wall, 2),
+        "loaded_days": round(loaded_sim / DAY, 2),
+        "loaded_wall_s": round(loaded_wall, 2),
+        "loaded_days_per_s": round(loaded_sim / DAY / loaded_wall, 2) if loaded_wall else None,
         "cycles": len(result.samples),
         "preemptions": result.preemptions,
         "qos_preemptions": result.qos_preemptions,
@@ -222,6 +240,8 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=336.0, help="with --overload")
     ap.add_argument("--unallocated", type=float, default=0.2, help="with --overload")
     ap.add_argument("--debug-rate", type=float, default=0.5, help="with --overload")
+    ap.add_argument("--cycle-s", type=float, default=SimSettings().cycle_s,
+                    help="the policy cycle in simulated seconds (the daemon's is 60)")
     ap.add_argument("--synthetic", action="store_true", help="skip the real trace")
     ap.add_argument("--profile", action="store_true", help="print the top functions")
     ap.add_argument("--profile-out", metavar="FILE",
@@ -253,7 +273,7 @@ def main() -> int:
     rows = []
     ok = True
     for policy in args.policy.split(","):
-        out, profiler = run_one(cfg, jobs, policy.strip(), args.profile)
+        out, profiler = run_one(cfg, jobs, policy.strip(), args.profile, args.cycle_s)
         # ru_maxrss is the process's peak so far: later policies include earlier ones
         out = {
             "workload": workload,
