@@ -25,7 +25,7 @@ from pathlib import Path
 from slurm_ml import proc
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
-from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
+from slurm_ml.policy.admission.state import AccountStanding, AdmissionState
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher
 

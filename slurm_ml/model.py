@@ -176,7 +176,7 @@ class Job:
         """GPUs the request adds up to, counted as Slurm counts them.
 
         Per GRES record (one GPU type, or untyped), the first scope that is set decides,
-        as in :meth:`slurm_ml.policy.request.JobRequest.total_gpus`: per job as is, else
+        as in :meth:`slurm_ml.policy.admission.request.JobRequest.total_gpus`: per job as is, else
         per node x nodes, else per socket x sockets per node x nodes, else per task x
         tasks. Unknown tasks count one per node and unknown sockets one per node (Slurm
         refuses ``--gpus-per-socket`` without ``--sockets-per-node``): a lower bound.

@@ -32,7 +32,7 @@ def _operator_boundaries(config_path: str | None, dsn: str | None) -> Any:
 
 
 def _operator_errors() -> tuple[type[Exception], ...]:
-    from slurm_ml.hooks.quarantine_ops import QuarantineError
+    from slurm_ml.ops.quarantine import QuarantineError
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -65,11 +65,11 @@ def quarantine_list(config_path: str | None, dsn: str | None, as_json: bool) -> 
     configured (what could be read is still printed, and a line on stdout, or null
     in --json with `store_error`, says what is unknown); 2 bad config.
     """
-    from slurm_ml.hooks import wiring
+    from slurm_ml.ops import quarantine as ops_quarantine
 
     b = _operator_boundaries(config_path, dsn)
     try:
-        view = wiring.quarantine_list(b)
+        view = ops_quarantine.quarantine_list(b)
     except _operator_errors() as exc:
         fail(str(exc))
     finally:
@@ -121,11 +121,12 @@ def quarantine_resume(node: str, force: bool, config_path: str | None, dsn: str 
     2 no such node or bad config.
     """
     from slurm_ml.hooks import wiring
-    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+    from slurm_ml.ops import quarantine as ops_quarantine
+    from slurm_ml.ops.quarantine import UnknownTarget
 
     b = _operator_boundaries(config_path, dsn)
     try:
-        result = wiring.quarantine_resume(node, b, actor=_actor(), force=force)
+        result = ops_quarantine.quarantine_resume(node, b, actor=_actor(), force=force)
     except UnknownTarget as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except _operator_errors() as exc:
@@ -156,14 +157,15 @@ def quarantine_reset(node_class: str | None, check: str | None, config_path: str
     even spooled; 2 no such class, not a check id, neither or both given, or bad config.
     """
     from slurm_ml.hooks import wiring
-    from slurm_ml.hooks.quarantine_ops import UnknownTarget
+    from slurm_ml.ops import quarantine as ops_quarantine
+    from slurm_ml.ops.quarantine import UnknownTarget
 
     if (node_class is None) == (check is None):
         fail("name a node class (CLASS) or a check (--check CHECK_ID), one of them",
              EXIT_BAD_INPUT)
     b = _operator_boundaries(config_path, dsn)
     try:
-        result = wiring.quarantine_reset(node_class, b, actor=_actor(), check=check)
+        result = ops_quarantine.quarantine_reset(node_class, b, actor=_actor(), check=check)
     except UnknownTarget as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except _operator_errors() as exc:

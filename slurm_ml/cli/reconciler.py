@@ -208,9 +208,10 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
     """
     from datetime import UTC, datetime
 
-    from slurm_ml.daemon import report, views
+    from slurm_ml.daemon import views
     from slurm_ml.daemon.observe import observe, with_fault_drains
     from slurm_ml.daemon.plan import current_fair_share
+    from slurm_ml.ops import report
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 
@@ -246,7 +247,7 @@ def budget_status(config_path: str | None, dsn: str | None, as_json: bool,
                               store_error=store_error)
     emit(data, as_json, report.budget_text(data))
     if plot_path:
-        from slurm_ml.daemon.plot import plot_budget
+        from slurm_ml.ops.plot import plot_budget
 
         if store_error is not None:
             fail(f"nothing to plot: the database could not be read ({store_error})")
@@ -307,9 +308,10 @@ def why_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json: bool
     """
     from datetime import UTC, datetime
 
-    from slurm_ml.daemon import repair_view, report
+    from slurm_ml.daemon import repair_view
     from slurm_ml.daemon.observe import observe
     from slurm_ml.daemon.plan import current_fair_share, fast_lane, zombie_status_of
+    from slurm_ml.ops import report
     from slurm_ml.slurm.errors import SlurmError
     from slurm_ml.store.errors import StoreError
 

@@ -15,10 +15,10 @@ from slurm_ml.config import Config, FairshareConfig
 from slurm_ml.gres import tres_gpu_type
 from slurm_ml.model import ALLOC_QOS, Job, JobState, JobUsage, Node, expand_hosts
 from slurm_ml.policy.admission import contract_min_runtime_s
+from slurm_ml.policy.admission.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
 from slurm_ml.policy.fairshare.lane import LaneJob, is_short_work
-from slurm_ml.policy.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
 from slurm_ml.policy.refunds import FaultDrain, Refund, refunds

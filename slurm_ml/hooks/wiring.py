@@ -55,14 +55,6 @@ from slurm_ml.hooks.epilog import EpilogOutcome, run_epilog
 from slurm_ml.hooks.periodic import PeriodicOutcome, run_periodic
 from slurm_ml.hooks.procs import ProcessTable, ProcFs
 from slurm_ml.hooks.prolog import PrologOutcome, run_prolog
-from slurm_ml.hooks.quarantine_ops import (
-    QuarantineView,
-    ResetResult,
-    ResumeResult,
-    list_quarantine,
-    reset_breaker,
-    resume_node,
-)
 from slurm_ml.hooks.record import finding_dict, jsonable
 from slurm_ml.hooks.xidmark import read_mark, write_mark
 from slurm_ml.slurm.client import CliSlurm
@@ -85,9 +77,6 @@ __all__ = [
     "outcome_json",
     "periodic",
     "prolog",
-    "quarantine_list",
-    "quarantine_reset",
-    "quarantine_resume",
 ]
 
 log = logging.getLogger(__name__)
@@ -297,27 +286,6 @@ def periodic(node: str, b: Boundaries) -> PeriodicOutcome:
 def default_node(env: Mapping[str, str], hostname: str) -> str:
     """$SLURMD_NODENAME, else the short host name."""
     return env.get("SLURMD_NODENAME", "").strip() or hostname.split(".", maxsplit=1)[0]
-
-
-# -------------------------------------------------------------------- quarantine
-
-
-def quarantine_list(b: Boundaries) -> QuarantineView:
-    drain_spool(b.store)
-    return list_quarantine(cfg=b.cfg, slurm=b.slurm, store=b.store)
-
-
-def quarantine_resume(node: str, b: Boundaries, *, actor: str, force: bool) -> ResumeResult:
-    drain_spool(b.store)
-    return resume_node(node, slurm=b.slurm, store=b.store, now=b.clock(), actor=actor,
-                       force=force)
-
-
-def quarantine_reset(node_class: str | None, b: Boundaries, *, actor: str,
-                     check: str | None = None) -> ResetResult:
-    drain_spool(b.store)
-    return reset_breaker(node_class, cfg=b.cfg, store=b.store, now=b.clock(), actor=actor,
-                         check=check)
 
 
 def operator(env: Mapping[str, str], login: str) -> str:

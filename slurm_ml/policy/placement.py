@@ -2,7 +2,7 @@
 
 Requeue planning that counts free GPUs over the whole cluster requeues jobs whose GPUs
 cannot help: 4 + 3 free GPUs on two nodes do not start an 8-GPU single-node job. So the
-plan places the job the way the admission shapes do (``policy.shape``, ``sim.cluster``):
+plan places the job the way the admission shapes do (``policy.admission.shape``, ``sim.cluster``):
 a job that fits one node of a type it accepts goes on one node; a larger one takes
 ``ceil(GPUs / GPUs per node)`` whole nodes of one type and size under one leaf switch.
 Only victims whose GPUs complete such a placement are requeued, and of those the set

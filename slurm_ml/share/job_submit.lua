@@ -3,7 +3,7 @@ slurm-ml job_submit shim (Lua 5.1, Slurm job_submit/lua).
 
 Forwards each submission as one JSON line over a Unix socket to `slurm-ml submitd`
 and applies the rewrite it answers, or rejects the job with its message. Policy lives
-in Python (slurm_ml/policy/admission.py); this file only carries fields both ways.
+in Python (slurm_ml/policy/admission/decision.py); this file only carries fields both ways.
 
 It fails open: if submitd is down, slow (over TIMEOUT_MS in total), answers garbage,
 or this script itself errors, the job is accepted unchanged and slurmctld.log says

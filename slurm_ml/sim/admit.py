@@ -23,11 +23,10 @@ from typing import Any
 
 from slurm_ml.config import Config
 from slurm_ml.model import GpuRequest
-from slurm_ml.policy import routing
-from slurm_ml.policy.admission import AdmissionDecision, decide
-from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.cluster_view import ClusterView, cluster_view
-from slurm_ml.policy.request import JobRequest
+from slurm_ml.policy.admission import AdmissionDecision, decide, routing
+from slurm_ml.policy.admission.cluster_view import ClusterView, cluster_view
+from slurm_ml.policy.admission.request import JobRequest
+from slurm_ml.policy.admission.state import AdmissionState
 from slurm_ml.sim.scenario_file import RUN, Requests, ScenarioError
 from slurm_ml.sim.workload import DEBUG, SimJob
 

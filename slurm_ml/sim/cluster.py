@@ -1,6 +1,6 @@
 """The simulated cluster: the config's nodes, and gang-atomic placement on them.
 
-Placement follows admission's shapes (``policy.shape``): a job that fits one node of an
+Placement follows admission's shapes (``policy.admission.shape``): a job that fits one node of an
 acceptable type goes on one node (best fit: the fullest node that still has room); a
 larger one takes whole nodes of one GPU type, ceil(GPUs / GPUs per node) of them, under
 one leaf switch when any leaf has enough free nodes (the leaf that keeps most others

@@ -199,7 +199,7 @@ class Budget(Policy):
         """Between cycles a new job has the SiteFactor admission gave it: its account's
         standing from the last cycle (submitd's ``AccountStanding.site_factor``), else 0;
         short work the lane's room at the last cycle (``AccountStanding.lane_gpus``), less
-        what admission has put in the lane since (``admission_state.lane_held``), the
+        what admission has put in the lane since (``policy.admission.state.lane_held``), the
         lane's (``routing.lane_route``)."""
         held = self.lane_held
         job = self.lane_job(st, task) if held is not None else None

@@ -33,8 +33,8 @@ from typing import Any
 
 from slurm_ml.config import Config, ConfigError, load_config
 from slurm_ml.policy.admission import decide
-from slurm_ml.policy.admission_state import LaneAdmission
-from slurm_ml.policy.cluster_view import ClusterView, cluster_view
+from slurm_ml.policy.admission.cluster_view import ClusterView, cluster_view
+from slurm_ml.policy.admission.state import LaneAdmission
 from slurm_ml.policy.lane_requeue import wakes_on
 from slurm_ml.submitd.auth import socket_dir_problem
 from slurm_ml.submitd.state import StateRefresher

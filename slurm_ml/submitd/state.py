@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from slurm_ml.config import Config
-from slurm_ml.policy.admission_state import (
+from slurm_ml.policy.admission.state import (
     AdmissionState,
     LaneAdmission,
     account_standing,

@@ -21,7 +21,7 @@ from typing import Any
 from slurm_ml.gres import gpu_items, parse_item, untyped
 from slurm_ml.model import GpuRequest
 from slurm_ml.policy.admission import AdmissionDecision, Before, read_record
-from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
+from slurm_ml.policy.admission.request import NO_MIN_RUNTIME, JobRequest
 from slurm_ml.slurm.tres import parse_gpu_spec
 
 VERSION = 1

@@ -17,8 +17,8 @@ from pathlib import Path
 from slurm_ml import proc
 from slurm_ml.config import load_config
 from slurm_ml.devcluster.cluster import DevCluster
-from slurm_ml.hooks.quarantine_ops import reset_breaker
 from slurm_ml.model import Node
+from slurm_ml.ops.quarantine import reset_breaker
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.store.audit_log import drain_events
 from slurm_ml.store.postgres import PostgresStore

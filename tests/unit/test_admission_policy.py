@@ -27,8 +27,8 @@ from jobdesc_helpers import applied, gpu_items, total_gpus
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config, parse_config
 from slurm_ml.policy.admission import decide, recorded_min_runtime_min
-from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.state import AccountStanding, AdmissionState
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (

@@ -21,9 +21,9 @@ from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.model import GpuRequest
 from slurm_ml.policy.admission import decide
-from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
-from slurm_ml.policy.request import JobRequest
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.request import JobRequest
+from slurm_ml.policy.admission.state import AccountStanding, AdmissionState
 from slurm_ml.submitd.sbatch_args import parse_sbatch, per_node_gpu_options
 from slurm_ml.submitd.wire import GPU_OPTION, normalize, reply_for, to_request
 

@@ -23,8 +23,8 @@ from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, ConfigError, load_config, parse_config
 from slurm_ml.deploy.install import FREE_GRANT_NOTE, install, uninstall
 from slurm_ml.policy.admission import decide
-from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.state import AccountStanding, AdmissionState
 from slurm_ml.slurm import accounts
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.fake import FakeSlurm

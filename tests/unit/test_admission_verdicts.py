@@ -7,7 +7,7 @@ Each sbatch line goes the way ``slurm-ml submit-check`` sends it (``submitd.chec
 a100_40g, 64 CPUs / 512000 MB each; gpu[05-06] 4x v100, 32 CPUs / 256000 MB each; all six
 in partitions gpu (7 days) and debug (60 min).
 
-Slurm's own verdict is worked out here, independently of ``policy.shape``: a job of N
+Slurm's own verdict is worked out here, independently of ``policy.admission.shape``: a job of N
 nodes x G GPUs can be placed when one partition has N nodes with G GPUs or more (of its
 type, if it names one; an untyped request takes any type, several at once) and the CPUs
 and memory one node's share needs.

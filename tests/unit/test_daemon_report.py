@@ -12,10 +12,11 @@ from click.testing import CliRunner
 from daemon_helpers import CFG, EXAMPLE, NOW, job, world
 
 from slurm_ml.cli import main
-from slurm_ml.daemon import report, views
+from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import plan_cycle
 from slurm_ml.model import JobState
+from slurm_ml.ops import report
 from slurm_ml.policy.fairshare import FairShare
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store.fake import FakeStore
@@ -180,7 +181,7 @@ def test_why_explains_a_pending_reason_and_a_reranked_none() -> None:
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from slurm_ml.daemon.plot import plot_budget
+    from slurm_ml.ops.plot import plot_budget
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     snaps = [BudgetSnapshot(idempotency_key=f"{a}{i}", taken_at=t0 + timedelta(hours=i),

@@ -22,8 +22,8 @@ from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import fast_lane, plan_cycle
 from slurm_ml.model import JobState
 from slurm_ml.policy.admission import decide
-from slurm_ml.policy.admission_state import AccountStanding, AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.state import AccountStanding, AdmissionState
 from slurm_ml.policy.fairshare import band, job_site_factor
 from slurm_ml.policy.fairshare.lane import (
     LaneJob,
@@ -225,7 +225,7 @@ def test_lane_snapshots_travel_to_admission() -> None:
 
 
 def test_why_says_a_lane_job_went_ahead_and_how_long_it_waited() -> None:
-    from slurm_ml.daemon import report
+    from slurm_ml.ops import report
 
     cfg = config(fast_lane={"gpus_fraction": 0.5})
     slurm = world()
@@ -247,7 +247,7 @@ def test_why_says_a_lane_job_went_ahead_and_how_long_it_waited() -> None:
 
 def test_why_knows_a_running_lane_job_by_its_admission_record() -> None:
     """sprio lists only pending jobs: a running one has no SiteFactor to read."""
-    from slurm_ml.daemon import report
+    from slurm_ml.ops import report
 
     cfg = config(fast_lane={"gpus_fraction": 0.5})
     slurm = world()
@@ -269,8 +269,8 @@ def test_the_daemon_requeues_work_past_its_protection_for_a_waiting_debug_job() 
     says what was done for it, and a second cycle does not requeue again."""
     from daemon_helpers import daemon
 
-    from slurm_ml.daemon import report
     from slurm_ml.daemon.plan import ledger
+    from slurm_ml.ops import report
 
     cfg = config(contracts={"preempt_cap_fraction": 0.01},
                  fast_lane={"gpus_fraction": 0.5, "preempt_cap_fraction": 0.1,

@@ -18,6 +18,7 @@ from slurm_ml.health.replay.errors import CaptureError
 from slurm_ml.hooks import wiring
 from slurm_ml.hooks.procs_fake import FakeProcessTable
 from slurm_ml.hooks.wiring import Boundaries, HookSettings
+from slurm_ml.ops import quarantine
 from slurm_ml.store import AuditEntry, FakeStore, HealthEvent, OfflineStore, SpoolingStore
 from slurm_ml.store.errors import StoreUnavailable
 from slurm_ml.store.protocol import Store, WriteOutcome
@@ -174,9 +175,9 @@ def test_operator_commands_and_names() -> None:
                    store=store, probe=lambda n, w: wiring.make_probe(HookSettings(DEFAULT), n, w),
                    procs=FakeProcessTable(), baseline_dir=None, shm_dir=Path,
                    clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
-    assert [d.node for d in wiring.quarantine_list(b).drains] == ["gpu03"]
-    assert wiring.quarantine_resume("gpu03", b, actor="operator/root", force=False).node == "gpu03"
-    assert wiring.quarantine_reset("a100-40g", b, actor="operator/root").cleared == 0
+    assert [d.node for d in quarantine.quarantine_list(b).drains] == ["gpu03"]
+    assert quarantine.quarantine_resume("gpu03", b, actor="operator/root", force=False).node == "gpu03"
+    assert quarantine.quarantine_reset("a100-40g", b, actor="operator/root").cleared == 0
     assert [(a.actor, a.action) for a in store.rows(AuditEntry)] == [
         ("operator/root", "resume"), ("operator/root", "breaker.reset")]
     assert wiring.default_node({"SLURMD_NODENAME": "gpu04"}, "host.example") == "gpu04"

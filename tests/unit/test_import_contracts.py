@@ -34,6 +34,8 @@ CHECKS_NO_IO = "health checks do no I/O of their own"
 POLICY_PURE = "policy is pure: no I/O layers"
 LAYERS = "layers"
 DRIVERS = "the daemon and the simulator drive one cycle: neither imports the other"
+POLICIES_APART = "admission and the reconcile cycle are independent policies"
+FAIRSHARE_BELOW = "fair share reads neither admission nor the reconcile cycle"
 
 _VERDICT = re.compile(r"^(?P<name>.+) (?P<verdict>KEPT|BROKEN)(?: \(\d+ ignored imports?\))?$")
 
@@ -60,10 +62,10 @@ PLANTS = {
         "slurm_ml.daemon.loop -> subprocess",
     ),
     "psycopg-in-daemon-report": Plant(
-        "slurm_ml/daemon/report.py",
+        "slurm_ml/ops/report.py",
         "from psycopg import errors\n",
         frozenset({PSYCOPG}),
-        "slurm_ml.daemon.report -> psycopg",
+        "slurm_ml.ops.report -> psycopg",
     ),
     "pynvml-outside-probe-nvml": Plant(
         "slurm_ml/health/probe_replay.py",
@@ -103,6 +105,19 @@ PLANTS = {
         "from slurm_ml.daemon import views\n",
         frozenset({DRIVERS, LAYERS}),
         "slurm_ml.sim.policies -> slurm_ml.daemon.views",
+    ),
+    "reconcile-reads-admission": Plant(
+        "slurm_ml/policy/reconcile/cycle.py",
+        "from slurm_ml.policy.admission import read_record\n",
+        frozenset({POLICIES_APART}),
+        "slurm_ml.policy.reconcile.cycle -> slurm_ml.policy.admission",
+    ),
+    "fairshare-reads-the-cycle": Plant(
+        "slurm_ml/policy/fairshare/lane.py",
+        "from slurm_ml.policy.reconcile import cycle\n",
+        # admission reads the lane, so through it admission would reach the cycle too
+        frozenset({FAIRSHARE_BELOW, POLICIES_APART}),
+        "slurm_ml.policy.fairshare.lane -> slurm_ml.policy.reconcile",
     ),
     # Allowed: what the boundaries are for must keep every contract.
     "allowed-proc-run-from-health-report": Plant(

@@ -16,7 +16,8 @@ from slurm_ml.health.checks import Finding, Severity
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
 from slurm_ml.hooks.periodic import run_periodic
 from slurm_ml.hooks.prolog import run_prolog
-from slurm_ml.hooks.quarantine_ops import (
+from slurm_ml.hooks.record import Recorder
+from slurm_ml.ops.quarantine import (
     AuditNotWritten,
     QuarantineError,
     UnknownTarget,
@@ -24,7 +25,6 @@ from slurm_ml.hooks.quarantine_ops import (
     reset_breaker,
     resume_node,
 )
-from slurm_ml.hooks.record import Recorder
 from slurm_ml.policy.quarantine import Scope
 from slurm_ml.slurm.fake import FakeSlurm
 from slurm_ml.store import AuditEntry, FakeStore

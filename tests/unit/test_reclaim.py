@@ -269,7 +269,7 @@ def test_zombie_status_says_where_a_job_stands(running: RunningJob, samples: lis
 
 
 def test_why_shows_the_missing_verdict_and_its_evidence() -> None:
-    from slurm_ml.daemon.report import why_json, why_text
+    from slurm_ml.ops.report import why_json, why_text
 
     status = zombie_status(NOW, job(gpus=2), series(frm=19 * MIN, step=19 * MIN), SHIPPED)
 

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from daemon_helpers import CFG, HOUR, NOW, world
 
-from slurm_ml.daemon import report, views
+from slurm_ml.daemon import views
 from slurm_ml.daemon.apply import Applier
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import current_fair_share, plan_cycle
 from slurm_ml.model import JobState, JobUsage
+from slurm_ml.ops import report
 from slurm_ml.policy.refunds import FaultDrain, refunds
 from slurm_ml.slurm import parse
 from slurm_ml.slurm.fake import FakeSlurm

@@ -276,9 +276,9 @@ def test_finding_to_drain_to_requeue_to_resume_with_no_hand() -> None:
 
 
 def test_quarantine_list_and_why_show_what_the_drain_waits_for_and_until_when() -> None:
-    from slurm_ml.daemon import report
     from slurm_ml.daemon.repair_view import repairs_for_job
-    from slurm_ml.hooks.quarantine_ops import list_quarantine
+    from slurm_ml.ops import report
+    from slurm_ml.ops.quarantine import list_quarantine
 
     slurm = FakeSlurm(_nodes(gpu05="slurm-ml: remap.pending"), batch_size=500)
     slurm.add_job(_running(1, ran_s=10 * 60, time_min=60))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from slurm_ml.model import GpuRequest
-from slurm_ml.policy.request import NO_MIN_RUNTIME
+from slurm_ml.policy.admission.request import NO_MIN_RUNTIME
 from slurm_ml.submitd.sbatch_args import (
     SbatchParseError,
     parse_sbatch,

@@ -40,7 +40,7 @@ from sbatch_corpus import CASES, CORPUS, RECORD, needs_corpus, script_text, user
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.model import NodeClass
-from slurm_ml.policy.features import parse_constraint
+from slurm_ml.policy.admission.features import parse_constraint
 from slurm_ml.slurm.tres import parse_gpu_spec
 from slurm_ml.submitd.check import ComponentVerdict, check
 from slurm_ml.submitd.sbatch_args import SbatchParseError, parse_sbatch

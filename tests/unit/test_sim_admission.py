@@ -14,8 +14,8 @@ from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 from slurm_ml.config import Config, load_config
 from slurm_ml.policy.admission import decide
-from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.state import AdmissionState
 from slurm_ml.sim.admit import EPOCH, admit_jobs, draw_requests, job_request
 from slurm_ml.sim.cluster import Cluster
 from slurm_ml.sim.prepare import prepare

@@ -13,7 +13,7 @@ import yaml
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
-from slurm_ml.policy import routing
+from slurm_ml.policy.admission import routing
 from slurm_ml.sim.admit import draw_contracts
 from slurm_ml.sim.engine import simulate
 from slurm_ml.sim.prepare import prepare

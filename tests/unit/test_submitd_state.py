@@ -19,7 +19,7 @@ from builders import T0, budget_snapshot, job_gpu_stats, store_with
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config, parse_config
 from slurm_ml.policy.admission import recorded_min_runtime_min
-from slurm_ml.policy.admission_state import AdmissionState, window_capacity_gpu_hours
+from slurm_ml.policy.admission.state import AdmissionState, window_capacity_gpu_hours
 from slurm_ml.store import BudgetSnapshot, FakeStore, JobGpuStats
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher, build_state
@@ -510,7 +510,7 @@ def test_a_burst_between_cycles_fills_the_lane_once() -> None:
 def test_a_lane_admission_after_the_cycle_read_slurm_survives_its_snapshot() -> None:
     """A refresh keeps the admissions its snapshots cannot have counted (made after the
     cycle's time), and drops those made before it."""
-    from slurm_ml.policy.admission_state import (
+    from slurm_ml.policy.admission.state import (
         LaneAdmission,
         carry_lane_admissions,
         lane_held,

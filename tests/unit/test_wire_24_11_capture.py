@@ -13,8 +13,8 @@ import pytest
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.policy.admission import decide, recorded_min_runtime_min
-from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.cluster_view import cluster_view
+from slurm_ml.policy.admission.cluster_view import cluster_view
+from slurm_ml.policy.admission.state import AdmissionState
 from slurm_ml.submitd.sbatch_args import parse_sbatch
 from slurm_ml.submitd.wire import INFINITE, NO_VAL, NO_VAL16, normalize, reply_for, to_request
 

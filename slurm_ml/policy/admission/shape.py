@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, replace
 
 from slurm_ml.model import GpuRequest, NodeClass
-from slurm_ml.policy.cluster_view import ClassSlice
-from slurm_ml.policy.request import JobRequest
+from slurm_ml.policy.admission.cluster_view import ClassSlice
+from slurm_ml.policy.admission.request import JobRequest
 
 #: Slurm error codes the shim returns on reject; sbatch prints their text after ours.
 ESLURM_INVALID_NODE_COUNT = 2006

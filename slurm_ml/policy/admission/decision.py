@@ -19,19 +19,23 @@ from datetime import datetime
 
 from slurm_ml.config import Config
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
-from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.capability import Capability, describe_need, match
-from slurm_ml.policy.cluster_view import ClassSlice, ClusterView
-from slurm_ml.policy.features import Constraint, parse_constraint, render, without_gpu_terms
-from slurm_ml.policy.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
-from slurm_ml.policy.routing import (
+from slurm_ml.policy.admission.capability import Capability, describe_need, match
+from slurm_ml.policy.admission.cluster_view import ClassSlice, ClusterView
+from slurm_ml.policy.admission.features import (
+    Constraint,
+    parse_constraint,
+    render,
+    without_gpu_terms,
+)
+from slurm_ml.policy.admission.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
+from slurm_ml.policy.admission.routing import (
     ESLURM_ACCOUNTING_POLICY,
     Route,
     reroute_update,
     route,
     update_route,
 )
-from slurm_ml.policy.shape import (
+from slurm_ml.policy.admission.shape import (
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     Layout,
     ShapeVerdict,
@@ -39,6 +43,7 @@ from slurm_ml.policy.shape import (
     shape,
     types_for,
 )
+from slurm_ml.policy.admission.state import AdmissionState
 
 SLURM_ERROR = -1  # generic failure code; the message says what is wrong
 #: "Requested partition configuration not available now": what slurmctld answers a job

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from slurm_ml.config import Config
 from slurm_ml.config.rules import associations
 from slurm_ml.model import ALLOC_QOS, FREE_QOS
-from slurm_ml.policy.admission_state import AdmissionState, lane_held
+from slurm_ml.policy.admission.request import NO_MIN_RUNTIME, JobRequest
+from slurm_ml.policy.admission.state import AdmissionState, lane_held
 from slurm_ml.policy.fairshare.lane import (
     fits,
     is_short_work,
     lane_cap,
     lane_site_factor,
 )
-from slurm_ml.policy.request import NO_MIN_RUNTIME, JobRequest
 
 #: Slurm's "Job violates accounting/QOS policy" (slurm_errno.h), which scontrol prints
 #: when admission refuses an update into QOS alloc; the reason is in slurmctld.log.

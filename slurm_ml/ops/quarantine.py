@@ -19,6 +19,7 @@ from typing import Any
 
 from slurm_ml.config import Config
 from slurm_ml.hooks.record import Recorder
+from slurm_ml.hooks.wiring import Boundaries, drain_spool
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import Alarm, Scope, is_check_id, owned, pass_streak
 from slurm_ml.policy.repairs import (
@@ -262,3 +263,25 @@ def reset_breaker(node_class: str | None, *, cfg: Config, store: Store, now: dat
         idempotency_key=derive_key("audit.breaker.reset", scope.target, actor, now),
         actor=actor, action=RESET, target=scope.target, at=now, details=details))
     return ResetResult(node_class, cleared, check, outcome)
+
+
+# ------------------------------------------------------------ through the boundaries
+
+
+def quarantine_list(b: Boundaries) -> QuarantineView:
+    """``list_quarantine`` on the hooks' boundaries, after the spool is written."""
+    drain_spool(b.store)
+    return list_quarantine(cfg=b.cfg, slurm=b.slurm, store=b.store)
+
+
+def quarantine_resume(node: str, b: Boundaries, *, actor: str, force: bool) -> ResumeResult:
+    drain_spool(b.store)
+    return resume_node(node, slurm=b.slurm, store=b.store, now=b.clock(), actor=actor,
+                       force=force)
+
+
+def quarantine_reset(node_class: str | None, b: Boundaries, *, actor: str,
+                     check: str | None = None) -> ResetResult:
+    drain_spool(b.store)
+    return reset_breaker(node_class, cfg=b.cfg, store=b.store, now=b.clock(), actor=actor,
+                         check=check)

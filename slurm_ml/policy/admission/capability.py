@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_ml.model import GpuType
-from slurm_ml.policy.admission_state import AdmissionState
-from slurm_ml.policy.features import Constraint, gpu_type_terms
-from slurm_ml.policy.request import JobRequest, comment_keys, gpu_mem_gb
+from slurm_ml.policy.admission.features import Constraint, gpu_type_terms
+from slurm_ml.policy.admission.request import JobRequest, comment_keys, gpu_mem_gb
+from slurm_ml.policy.admission.state import AdmissionState
 
 
 @dataclass(frozen=True, slots=True)
