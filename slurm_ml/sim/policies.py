@@ -233,19 +233,26 @@ class Budget(Policy):
                 for cls, tasks in st.classes.items()}
         lane_pending, lane_running = self._lane_work(st)
         running = [t.running_job for t in st.running.values() if t.running_job is not None]
+        by_class: dict[tuple[str, str, int, bool], int] = {}
+
+        def priced(decision: reconcile.CycleDecision) -> None:
+            """Slurm takes the SiteFactors at once in the simulation: the queue is
+            re-keyed before the cycle reads it for starved jobs."""
+            by_class.update((cls, decision.site_factors[rep.job_id])
+                            for cls, rep in reps.items())
+            self.lane_held = dict(decision.lane.held)
+            if self._rekey(st, by_class, decision.lane_factors):  # else still in key order
+                st.pending.sort(key=es.task_key)
+            self.account_band = {s.account: s.site_factor for s in decision.fair.standings
+                                 if s.kind == "project" and s.site_factor is not None}
+
         out = reconcile.reconcile(cfg, reconcile.CycleInput(
             now=now, footprints=st.ledger, pending_assocs=st.pending_assocs.keys(),
             pending=reps.values(), lane_pending=lane_pending, lane_running=lane_running,
             running=running, ledger=st.preemption_ledger(), queue=SimQueue(st),
             room=SimRoom(st, running), total_gpus=st.cluster.total,
-            capacity=st.capacity), requeue=self.contract)
-        by_class = {cls: out.site_factors[rep.job_id] for cls, rep in reps.items()}
+            capacity=st.capacity), requeue=self.contract, priced=priced)
         laned = out.lane_factors
-        self.lane_held = dict(out.lane.held)
-        if self._rekey(st, by_class, laned):  # else the queue is still in key order
-            st.pending.sort(key=es.task_key)
-        self.account_band = {s.account: s.site_factor for s in out.fair.standings
-                             if s.kind == "project" and s.site_factor is not None}
         if not self.contract:
             return CycleOutcome(fair=out.fair, sorted=True)
         requeues = list(out.all_requeues)

@@ -10,11 +10,12 @@ slurmdbd's reports, or the simulated state. The order of the steps lives here on
 4. the contracts' requeues for starved jobs;
 5. the lane's own requeues, on the room step 4 leaves.
 
-Steps 4 and 5 ask the driver for the queue and the room only when there can be a
-requeue at all, so that the common cycle (nobody starved, or no victim, or no budget)
-costs neither a walk over the queue nor a room. A driver that wants the whole queue on
-record (a simulation that keeps its decisions) reads it itself: what is recorded never
-changes what is decided.
+Between steps 3 and 4 a driver whose queue takes the SiteFactors at once (the
+simulator) applies them (``priced``). Steps 4 and 5 ask the driver for the queue and
+the room only when there can be a requeue at all, so that the common cycle (nobody
+starved, or no victim, or no budget) costs neither a walk over the queue nor a room.
+A driver that wants the whole queue on record (a simulation that keeps its decisions)
+reads it itself: what is recorded never changes what is decided.
 
 The policy modules are called through their module attributes (``fairshare.fair_share``,
 not a name bound at import), so that a test that swaps one changes both drivers.
@@ -22,7 +23,7 @@ not a name bound at import), so that a test that swaps one changes both drivers.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,8 +102,15 @@ class CycleDecision:
         return self.requeues + self.lane_requeues
 
 
-def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True) -> CycleDecision:
-    """The cycle's fair share, SiteFactors, fast lane and (``requeue``) requeues."""
+def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
+              priced: Callable[[CycleDecision], None] | None = None) -> CycleDecision:
+    """The cycle's fair share, SiteFactors, fast lane and (``requeue``) requeues.
+
+    ``priced`` is called with the SiteFactors before the queue is read, for a driver
+    whose queue takes them at once: the simulator re-keys its queue there, so that the
+    starved jobs are taken in the order this cycle gives them. The daemon passes none:
+    Slurm's order is the one observed, and this cycle's SiteFactors reach it only when
+    they are pushed, after the plan."""
     fcfg = cfg.policy.fairshare
     fair = fairshare.fair_share(cfg, inp.footprints, inp.now, inp.pending_assocs,
                                 capacity=inp.capacity)
@@ -114,6 +122,8 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True) -> CycleDec
     positions = contracts.allocation_positions(fair, inp.running)
     decision = CycleDecision(now=inp.now, fair=fair, site_factors=factors, lane=members,
                              lane_factors=laned, positions=positions)
+    if priced is not None:
+        priced(decision)
     if not requeue:
         return decision
     candidates = ([r for r in inp.running if r.job_id not in inp.held_back]
