@@ -131,7 +131,7 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
     ccfg = cfg.policy.contracts
     starved, victims = starved_and_victims(inp.now, inp.queue, candidates, positions,
                                            inp.ledger, inp.total_gpus, ccfg)
-    # nobody starved or no victim: plan_requeues would return [] (see ``narrow``)
+    # nobody starved or no victim: plan_requeues would return [] (``starved_and_victims``)
     requeues = contracts.plan_requeues(
         inp.now, victims, starved, positions, inp.ledger, inp.room(()), inp.total_gpus,
         ccfg, in_order=True, pool_given=True) if starved and victims else []
