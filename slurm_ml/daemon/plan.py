@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_ml.config import Config
-from slurm_ml.config.rules import associations
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.repair_view import node_events
@@ -21,7 +20,7 @@ from slurm_ml.model import ALLOC_QOS, Job, JobState
 from slurm_ml.policy import fairshare, preempt_grace, reconcile
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import PreemptionLedger, preemption_budget_left
-from slurm_ml.policy.fairshare import FairShare, Footprint, lane
+from slurm_ml.policy.fairshare import FairShare, Footprint
 from slurm_ml.policy.fairshare.lane import Lane
 from slurm_ml.policy.placement import NodeMap, NodeSpec, cluster_nodes, node_slots
 from slurm_ml.policy.reclaim import (
@@ -218,8 +217,7 @@ def _demand(cfg: Config, obs: Observation, refunds: Sequence[Refund],
 def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
     """This cycle's fast lane for short work (:mod:`slurm_ml.policy.fairshare.lane`)."""
     pending, running = views.lane_jobs(cfg, jobs)
-    return lane.lane_members(pending, running, cfg.total_gpus(), cfg=cfg.policy.fast_lane,
-                             fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
+    return reconcile.fast_lane(cfg, pending, running, cfg.total_gpus())
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +231,8 @@ class ObservedQueue:
         return list(dict.fromkeys(w.account for w in self.waiting if w.qos == ALLOC_QOS))
 
     def alloc_jobs(self, accounts: Collection[str]) -> list[WaitingJob]:
-        wanted = set(accounts)
-        return sorted((w for w in self.waiting if w.qos == ALLOC_QOS and w.account in wanted),
-                      key=lambda w: (w.order, w.job_id))
+        wanted = set(accounts)  # ``waiting`` is in Slurm's order already
+        return [w for w in self.waiting if w.qos == ALLOC_QOS and w.account in wanted]
 
     def jobs(self, job_ids: Collection[int]) -> list[WaitingJob]:
         wanted = set(job_ids)

@@ -24,7 +24,7 @@ not a name bound at import), so that a test that swaps one changes both drivers.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from slurm_ml.config import Config, ContractsConfig
@@ -115,9 +115,7 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
     fair = fairshare.fair_share(cfg, inp.footprints, inp.now, inp.pending_assocs,
                                 capacity=inp.capacity)
     factors = fairshare.site_factors(fair, inp.pending, fcfg)
-    members = lane.lane_members(inp.lane_pending, inp.lane_running, inp.total_gpus,
-                                cfg=cfg.policy.fast_lane, fcfg=fcfg,
-                                associations=associations(cfg.budgets))
+    members = fast_lane(cfg, inp.lane_pending, inp.lane_running, inp.total_gpus)
     laned = lane.lane_site_factors(members, inp.lane_pending, fcfg)
     positions = contracts.allocation_positions(fair, inp.running)
     decision = CycleDecision(now=inp.now, fair=fair, site_factors=factors, lane=members,
@@ -137,9 +135,16 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
         ccfg, in_order=True, pool_given=True) if starved and victims else []
     lane_requeues = _lane_requeues(cfg, inp, laned=laned, candidates=candidates,
                                    positions=positions, planned=requeues)
-    return CycleDecision(now=inp.now, fair=fair, site_factors=factors, lane=members,
-                         lane_factors=laned, positions=positions, starved=tuple(starved),
-                         requeues=tuple(requeues), lane_requeues=tuple(lane_requeues))
+    return replace(decision, starved=tuple(starved), requeues=tuple(requeues),
+                   lane_requeues=tuple(lane_requeues))
+
+
+def fast_lane(cfg: Config, pending: Sequence[LaneJob], running: Sequence[LaneJob],
+              total_gpus: int) -> Lane:
+    """The cycle's fast lane (``policy.fairshare.lane``) for the short work queued and
+    running; ``why`` shows the same one."""
+    return lane.lane_members(pending, running, total_gpus, cfg=cfg.policy.fast_lane,
+                             fcfg=cfg.policy.fairshare, associations=associations(cfg.budgets))
 
 
 def starved_and_victims(now: int, queue: WaitingQueue, running: Sequence[RunningJob],  # noqa: PLR0917
