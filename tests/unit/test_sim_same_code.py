@@ -73,7 +73,6 @@ def test_the_daemon_and_the_simulator_call_the_one_reconcile_cycle(
     assert sim_calls and len(sim_calls) == len(calls)
     assert result.preemptions == sum(len(d.all_requeues) for d in sim_calls) == 1
 
-    calls.clear()
     cfg, jobs = mixed_scenario()
     engine = Engine(cfg, jobs, "budget", SETTINGS, decisions=True)
     record = next(r for r in engine.cycles() if r.decision and r.decision.requeues)
