@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
-from slurm_ml.policy.fairshare.owed import OwedColumns, owed
+from slurm_ml.policy.fairshare import owed as owed_module
+from slurm_ml.policy.fairshare.owed import _KEEP_PHASES, OwedColumns, owed
 from slurm_ml.policy.fairshare.tree import flatten
 
 TREE = flatten(BudgetTree("ml", (
@@ -109,4 +111,16 @@ def test_it_keeps_a_bounded_number_of_phases() -> None:
     demand = {LEAVES[0]: [4.0] * COUNT}
     for k in range(200):
         columns.owed(TREE, demand, [3.0] * COUNT, 1_800_000_000 + 7 * k, SIZE)
-    assert len(columns) == 32
+    assert len(columns) == _KEEP_PHASES
+
+
+def test_a_large_tree_keeps_fewer_phases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values kept over all phases are bounded too, and the newest window is always
+    kept: a tree of thousands of users must not hold 128 copies of its window."""
+    monkeypatch.setattr(owed_module, "_KEEP_CELLS", 3 * (2 * len(LEAVES) + 4) * COUNT)
+    columns = OwedColumns()
+    demand = {leaf: [4.0] * COUNT for leaf in LEAVES}
+    for k in range(10):
+        got = columns.owed(TREE, demand, [3.0] * COUNT, 1_800_000_000 + 7 * k, SIZE)
+        assert got == owed(TREE, demand, [3.0] * COUNT)
+    assert 1 <= len(columns) <= 3

@@ -198,8 +198,12 @@ def _rows(tree: FlatTree, leaf_demand: dict[int, list[float]], caps: Sequence[fl
     return dem, out
 
 
-#: Bucket phases :class:`OwedColumns` keeps (a 5-minute cycle has 12 an hour).
-_KEEP_PHASES = 32
+#: Bucket phases :class:`OwedColumns` keeps. The daemon's 60 s cycle has 60 an hour; a
+#: woken cycle adds one that does not come back, and evicting the oldest phase (the next
+#: regular one due) would then miss on every phase after it, so there is room for both.
+_KEEP_PHASES = 128
+#: ... and at most this many kept values in all (a tree of thousands of users keeps fewer)
+_KEEP_CELLS = 4_000_000
 
 
 class OwedColumns:
@@ -214,12 +218,13 @@ class OwedColumns:
     the bit. At most ``_KEEP_PHASES`` phases are kept, the most recently used.
     """
 
-    __slots__ = ("_kept", "_tree")
+    __slots__ = ("_cells", "_kept", "_tree")
 
     def __init__(self) -> None:
         self._tree: FlatTree | None = None
         #: (phase, bucket length) -> the last window of that phase
         self._kept: dict[tuple[float, float], _Kept] = {}
+        self._cells = 0  # the values kept, over every phase
 
     def owed(self, tree: FlatTree, leaf_demand: dict[int, list[float]],
              caps: Sequence[float], start: int,
@@ -231,6 +236,7 @@ class OwedColumns:
         if tree is not self._tree:
             self._tree = tree
             self._kept.clear()
+            self._cells = 0
         leaves = tuple(leaf_demand)
         cols = list(zip(*leaf_demand.values(), strict=True))
         caps = list(caps)
@@ -261,10 +267,15 @@ class OwedColumns:
                                                                          strict=True)]
         else:
             rows = fresh
-        self._kept.pop(phase, None)  # the most recent phase last: the oldest goes first
-        self._kept[phase] = _Kept(start, leaves, cols, caps, rows)
-        if len(self._kept) > _KEEP_PHASES:  # woken cycles come at any phase
-            del self._kept[next(iter(self._kept))]
+        gone = self._kept.pop(phase, None)  # the most recent phase last: the oldest first
+        if gone is not None:
+            self._cells -= gone.cells
+        kept = self._kept[phase] = _Kept(start, leaves, cols, caps, rows,
+                                         (len(rows) + len(leaves)) * len(cols))
+        self._cells += kept.cells
+        while len(self._kept) > 1 and (len(self._kept) > _KEEP_PHASES
+                                       or self._cells > _KEEP_CELLS):
+            self._cells -= self._kept.pop(next(iter(self._kept))).cells
         owed_h = [0.0] * len(tree.kinds)
         demand_h = [0.0] * len(tree.kinds)
         for node, row in zip(nodes, rows, strict=False):
@@ -287,6 +298,7 @@ class _Kept:
     cols: list[tuple[float, ...]]  # per bucket, each leaf's demand
     caps: list[float]
     rows: list[list[float]]  # per asking node its demand, then per leaf its entitlement
+    cells: int  # the values kept (for the bound on all phases)
 
 
 def _asking_nodes(tree: FlatTree, leaves: Sequence[int]) -> list[int]:
