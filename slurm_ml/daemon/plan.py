@@ -379,8 +379,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
             key=derive_key("daemon.drain", d.node, d.kind, cause), details=dict(d.details)))
 
     actions += repair_actions(cfg, obs, actions, skip_nodes=seen)
-    return Plan(now=now, cycle=now, fair=cycle.fair, site_factors=targets, changed=changed,
-                actions=tuple(actions), snapshots=snapshots(cycle.fair, now, cycle.lane),
+    return Plan(now=now, cycle=now, fair=cycle.standings, site_factors=targets,
+                changed=changed, actions=tuple(actions),
+                snapshots=snapshots(cycle.standings, now, cycle.lane),
                 wake_at=tuple(preempt_grace.grace_ends(now, jobs)))
 
 

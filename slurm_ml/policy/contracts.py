@@ -288,13 +288,26 @@ def _eligible(now: int, job: WaitingJob, pos: AllocationPosition | None,
     """An allocated job of an under-served allocation (or, with ``reclaim_entitlement``,
     of one below its entitlement now) that has waited long enough for a reason freed
     GPUs can end."""
-    if job.qos != ALLOC_QOS or job.gpus <= 0 or pos is None or pos.budget_share <= 0:
+    return job_may_starve(now, job, cfg) and account_may_starve(pos, cfg)
+
+
+def account_may_starve(pos: AllocationPosition | None, cfg: ContractsConfig) -> bool:
+    """The allocation's part of ``_eligible``, the same for all of its jobs: one with a
+    budget, under-served (or, with ``reclaim_entitlement``, below its entitlement now)."""
+    if pos is None or pos.budget_share <= 0:
         return False
     if not (cfg.reclaim_entitlement and pos.below_entitlement):
         ratio = effective_ratio(pos)
         if ratio is None or ratio >= 1 - _EPS:  # exactly served, up to float noise
             return False
-    return now - job.submit >= cfg.preempt_after_wait_s and starving_reason(job.reason)
+    return True
+
+
+def job_may_starve(now: int, job: WaitingJob, cfg: ContractsConfig) -> bool:
+    """The job's own part of ``_eligible``: allocated work asking for GPUs that has waited
+    long enough, for a reason freed GPUs can end."""
+    return (job.qos == ALLOC_QOS and job.gpus > 0
+            and now - job.submit >= cfg.preempt_after_wait_s and starving_reason(job.reason))
 
 
 def is_starved(now: int, job: WaitingJob, pos: AllocationPosition | None,
@@ -308,6 +321,17 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
                    positions: Mapping[str, AllocationPosition], ledger: PreemptionLedger,
                    cfg: ContractsConfig) -> str | None:
     """Why ``victim`` may not be requeued for ``for_job`` (None = it may)."""
+    own = _job_blocker(now, victim, for_job, ledger=ledger, cfg=cfg)
+    if own is not None:
+        return own
+    return _allocation_blocker(positions.get(victim.account), positions.get(for_job.account),
+                               victim.billing_gpus, for_job.billing_gpus, cfg)
+
+
+def _job_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
+                 ledger: PreemptionLedger, cfg: ContractsConfig) -> str | None:
+    """``victim_blocker``'s reasons of the two jobs themselves: the kind of work, its GPU
+    type, its protection and its cooldown."""
     if victim.qos != ALLOC_QOS:
         return "not allocated work (free-QOS jobs are preempted by Slurm itself)"
     if not victim.requeue:
@@ -321,15 +345,22 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
     last = ledger.last_requeue.get(victim.job_id)
     if last is not None and now - last < cfg.requeue_cooldown_s:
         return "requeued by slurm-ml within the cooldown"
-    vpos = positions.get(victim.account)
-    ppos = positions.get(for_job.account)
+    return None
+
+
+def _allocation_blocker(vpos: AllocationPosition | None, ppos: AllocationPosition | None,
+                        victim_billing: float, for_billing: float,
+                        cfg: ContractsConfig) -> str | None:
+    """``victim_blocker``'s reasons of the two allocations: their positions, and the
+    billing GPUs the requeue moves between them (the same for any two jobs of theirs of
+    those sizes)."""
     if vpos is None or ppos is None or vpos.account == ppos.account:
         return "no budget position"
     v_ratio, p_ratio = vpos.ratio, effective_ratio(ppos)
-    if not keeps_entitlement(vpos, victim.billing_gpus, cfg):
+    if not keeps_entitlement(vpos, victim_billing, cfg):
         return "its allocation would fall below its entitlement without it"
-    if reclaims(ppos, vpos, cfg, victim.billing_gpus):
-        if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
+    if reclaims(ppos, vpos, cfg, victim_billing):
+        if not loop_free(ppos, for_billing, vpos, victim_billing):
             return "the waiting allocation would end above the victim's share (loop-free rule)"
         return None
     if v_ratio is None or v_ratio <= 1 + _EPS:  # 1.0000000000000002 is served, not over
@@ -342,7 +373,7 @@ def victim_blocker(now: int, victim: RunningJob, for_job: WaitingJob, *,
                 "reclaiming GPUs borrowed beyond an entitlement")
     if p_ratio is None or v_ratio - p_ratio < cfg.preempt_min_gap - _EPS:
         return "delivered/owed gap below preempt_min_gap"
-    if not loop_free(ppos, for_job.billing_gpus, vpos, victim.billing_gpus):
+    if not loop_free(ppos, for_billing, vpos, victim_billing):
         return "the waiting allocation would end above the victim's share (loop-free rule)"
     return None
 
@@ -440,9 +471,22 @@ def requeueable(now: int, running: Iterable[RunningJob],
     needing one GPU of any type) is blocked for every real one, because the gap and the
     loop-free rule only get harder and the other reasons do not depend on the preemptor."""
     probe = probe_job(now)
-    with_probe = {**positions, _PROBE: AllocationPosition(_PROBE, 1.0, 0.0, 0.0, math.inf)}
-    return [r for r in running if victim_blocker(now, r, probe, positions=with_probe,
-                                                 ledger=ledger, cfg=cfg) is None]
+    ppos = AllocationPosition(_PROBE, 1.0, 0.0, 0.0, math.inf)
+    # ``victim_blocker`` for the probe; its allocations' part once per account and size
+    fine: dict[tuple[str, float], bool] = {}
+    out: list[RunningJob] = []
+    for r in running:
+        if _job_blocker(now, r, probe, ledger=ledger, cfg=cfg) is not None:
+            continue
+        key = (r.account, r.billing_gpus)
+        ok = fine.get(key)
+        if ok is None:
+            ok = fine[key] = _allocation_blocker(positions.get(r.account), ppos,
+                                                 r.billing_gpus, probe.billing_gpus,
+                                                 cfg) is None
+        if ok:
+            out.append(r)
+    return out
 
 
 def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per input)
@@ -476,11 +520,15 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     out: list[Requeue] = []
     # (account, GPUs, types, billing) -> the planner version it found nothing at
     failed: dict[tuple[str, int, frozenset[str], float], int] = {}
+    # account -> ``account_may_starve`` on ``state.positions``, until a requeue moves them
+    may: dict[str, bool] = {}
     for job in waiting if in_order else sorted(waiting, key=lambda w: (w.order, w.job_id)):
         if state.budget_left <= 0:
             break
-        pos = state.positions.get(job.account)
-        if not _eligible(now, job, pos, cfg):
+        ok = may.get(job.account)
+        if ok is None:
+            ok = may[job.account] = account_may_starve(state.positions.get(job.account), cfg)
+        if not ok or not job_may_starve(now, job, cfg):  # ``_eligible``, account part kept
             continue
         fits, least = planner.room(job.gpus, job.gpu_types)
         if fits or least > state.budget_left:
@@ -502,6 +550,7 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
                    for v in best.victims)
         planner.commit(best, job.gpus)
         state.accounts.refresh(state.positions)
+        may.clear()
         state.budget_left -= best.gpus
     return out
 

@@ -243,7 +243,9 @@ class Budget(Policy):
             self.lane_held = dict(decision.lane.held)
             if self._rekey(st, by_class, decision.lane_factors):  # else still in key order
                 st.pending.sort(key=es.task_key)
-            self.account_band = {s.account: s.site_factor for s in decision.fair.standings
+            # no fair share: nothing waited, so no account was ranked (``reconcile``)
+            standings = decision.fair.standings if decision.fair is not None else ()
+            self.account_band = {s.account: s.site_factor for s in standings
                                  if s.kind == "project" and s.site_factor is not None}
 
         out = reconcile.reconcile(cfg, reconcile.CycleInput(
@@ -251,7 +253,8 @@ class Budget(Policy):
             pending=reps.values(), lane_pending=lane_pending, lane_running=lane_running,
             running=running, ledger=st.preemption_ledger(), queue=SimQueue(st),
             room=SimRoom(st, running), total_gpus=st.cluster.total,
-            capacity=st.capacity), requeue=self.contract, priced=priced)
+            capacity=st.capacity), requeue=self.contract, priced=priced,
+            fair_when_idle=decide)
         laned = out.lane_factors
         if not self.contract:
             return CycleOutcome(fair=out.fair, sorted=True)
@@ -260,7 +263,7 @@ class Budget(Policy):
         if decide:
             factors = {t.spec.job_id: laned.get(t.spec.job_id, by_class[es.job_class(t)])
                        for t in st.pending}
-            decision = BudgetCycleDecision(now=now, fair=out.fair, site_factors=factors,
+            decision = BudgetCycleDecision(now=now, fair=out.standings, site_factors=factors,
                                            waiting=tuple(es.waiting_jobs(st)),
                                            running=tuple(running), positions=out.positions,
                                            ledger=st.preemption_ledger(),

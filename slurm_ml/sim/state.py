@@ -42,7 +42,7 @@ class SimSettings:
     max_age_s: float = 7 * 86400.0  # slurm-fairshare: PriorityMaxAge (Slurm: 7 days)
     weight_fairshare: int = 10_000  # slurm-fairshare: PriorityWeightFairshare
     weight_age: int = 1_000  # slurm-fairshare: PriorityWeightAge
-    #: fifo and slurm-fairshare: owed/delivered sampled every this many cycles (budget: all)
+    #: owed/delivered sampled every this many cycles, whatever the policy
     owed_every: int = 12
     end_s: float | None = None  # stop here; None: when every job has run
     #: node faults as (at_s, node name, repair_s): the node's jobs are requeued from their

@@ -10,6 +10,11 @@ slurmdbd's reports, or the simulated state. The order of the steps lives here on
 4. the contracts' requeues for starved jobs;
 5. the lane's own requeues, on the room step 4 leaves.
 
+A cycle with nothing waiting decides nothing: no job to price, to start or to requeue
+for. A driver that wants no standings then (``fair_when_idle=False``: the simulator, whose
+report samples them on its own cadence) skips step 1, the cycle's one cost that grows with
+the window; the daemon keeps it, for its metrics and ``budget status``.
+
 Between steps 3 and 4 a driver whose queue takes the SiteFactors at once (the
 simulator) applies them (``priced``). Steps 4 and 5 ask the driver for the queue and
 the room only when there can be a requeue at all, so that the common cycle (nobody
@@ -88,7 +93,8 @@ class CycleDecision:
     """The cycle's decisions, and the values they were made from."""
 
     now: int
-    fair: FairShare
+    #: None only when nothing waited and the driver asked for none (``fair_when_idle``)
+    fair: FairShare | None
     site_factors: dict[int, int]  # for ``CycleInput.pending``
     lane: Lane
     lane_factors: dict[int, int]  # the lane's members, to lay over ``site_factors``
@@ -101,23 +107,41 @@ class CycleDecision:
     def all_requeues(self) -> tuple[Requeue, ...]:
         return self.requeues + self.lane_requeues
 
+    @property
+    def standings(self) -> FairShare:
+        """``fair``, for a driver that always asks for it (``fair_when_idle``, the default)."""
+        if self.fair is None:
+            raise ValueError("this cycle computed no fair share: nothing waited and "
+                             "fair_when_idle was off")
+        return self.fair
+
 
 def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
-              priced: Callable[[CycleDecision], None] | None = None) -> CycleDecision:
+              priced: Callable[[CycleDecision], None] | None = None,
+              fair_when_idle: bool = True) -> CycleDecision:
     """The cycle's fair share, SiteFactors, fast lane and (``requeue``) requeues.
 
     ``priced`` is called with the SiteFactors before the queue is read, for a driver
     whose queue takes them at once: the simulator re-keys its queue there, so that the
     starved jobs are taken in the order this cycle gives them. The daemon passes none:
     Slurm's order is the one observed, and this cycle's SiteFactors reach it only when
-    they are pushed, after the plan."""
+    they are pushed, after the plan.
+
+    ``fair_when_idle=False``: when nothing waits (no pending association, no lane work
+    queued), fair share is not computed (``CycleDecision.fair`` is None) and no account
+    has a position. Nothing else changes: with no association pending none is ranked,
+    so no job has a SiteFactor, none is starved and the lane has no member."""
     fcfg = cfg.policy.fairshare
-    fair = fairshare.fair_share(cfg, inp.footprints, inp.now, inp.pending_assocs,
-                                capacity=inp.capacity)
-    factors = fairshare.site_factors(fair, inp.pending, fcfg)
+    fair: FairShare | None = None
+    factors: dict[int, int] = {}
+    positions: dict[str, AllocationPosition] = {}
+    if fair_when_idle or inp.pending_assocs or inp.lane_pending:
+        fair = fairshare.fair_share(cfg, inp.footprints, inp.now, inp.pending_assocs,
+                                    capacity=inp.capacity)
+        factors = fairshare.site_factors(fair, inp.pending, fcfg)
+        positions = contracts.allocation_positions(fair, inp.running)
     members = fast_lane(cfg, inp.lane_pending, inp.lane_running, inp.total_gpus)
     laned = lane.lane_site_factors(members, inp.lane_pending, fcfg)
-    positions = contracts.allocation_positions(fair, inp.running)
     decision = CycleDecision(now=inp.now, fair=fair, site_factors=factors, lane=members,
                              lane_factors=laned, positions=positions)
     if priced is not None:
@@ -182,11 +206,19 @@ def starving_accounts(now: int, accounts: Iterable[str],
 def starved_of(now: int, waiting: Iterable[WaitingJob],
                positions: dict[str, AllocationPosition],
                cfg: ContractsConfig) -> list[WaitingJob]:
-    """The waiting jobs starved even with no GPU free (``is_starved`` with nothing free):
-    any other never becomes starved during the plan, because its ratio, wait and reason
-    do not change there, only the free GPUs do."""
-    return [w for w in waiting
-            if contracts.is_starved(now, w, positions.get(w.account), {}, cfg)]
+    """The waiting jobs starved even with no GPU free (``is_starved`` with nothing free,
+    that is the job's and its allocation's part of the rule): any other never becomes
+    starved during the plan, because its ratio, wait and reason do not change there, only
+    the free GPUs do. The allocation's part is asked once per account."""
+    may: dict[str, bool] = {}
+    out: list[WaitingJob] = []
+    for w in waiting:
+        ok = may.get(w.account)
+        if ok is None:
+            ok = may[w.account] = contracts.account_may_starve(positions.get(w.account), cfg)
+        if ok and contracts.job_may_starve(now, w, cfg):
+            out.append(w)
+    return out
 
 
 def narrow_victims(now: int, running: Iterable[RunningJob],

@@ -237,10 +237,10 @@ class Engine:
     def _run_cycle(self) -> CycleRecord:
         st, s = self.st, self.st.settings
         out = self._decide(decide=self._decisions)
-        fair = out.fair
-        if fair is None and self._cycle % s.owed_every == 0:  # fifo, slurm-fairshare
-            fair = fairshare.fair_share(st.cfg, st.ledger, st.stamp(st.now),
-                                        capacity=st.capacity)
+        fair = None
+        if self._cycle % s.owed_every == 0:  # every policy alike, so that reports compare
+            fair = out.fair if out.fair is not None else fairshare.fair_share(
+                st.cfg, st.ledger, st.stamp(st.now), capacity=st.capacity)
         owed, delivered = _owed(fair) if fair is not None else ({}, {})
         record = CycleRecord(t_s=st.now, sample=sample(st, owed, delivered),
                              decision=out.decision)
