@@ -178,6 +178,8 @@ class Budget(Policy):
         self._lane_pending: dict[int, Task] = {}  # queued lane work, as of the last cycle
         self._class_factor: dict[tuple[str, str, int, bool], int] = {}  # the last cycle's
         self._laned: set[int] = set()  # the last cycle's lane members
+        #: the running jobs, and the lane work among them, as of ``running_changes``
+        self._running: tuple[int, list[RunningJob], list[lane.LaneJob]] = (-1, [], [])
 
     def lane_job(self, st: SimState, task: Task) -> lane.LaneJob | None:
         """The task as fast-lane work (a short alloc job within max_job_gpus), or None;
@@ -231,8 +233,8 @@ class Budget(Policy):
         # the same associations (every class of every pending association is there).
         reps = {cls: next(iter(tasks.values())).pending_job
                 for cls, tasks in st.classes.items()}
-        lane_pending, lane_running = self._lane_work(st)
-        running = [t.running_job for t in st.running.values() if t.running_job is not None]
+        running, lane_running = self._running_work(st)
+        lane_pending = self._lane_queued(st)
         by_class: dict[tuple[str, str, int, bool], int] = {}
 
         def priced(decision: reconcile.CycleDecision) -> None:
@@ -304,12 +306,25 @@ class Budget(Policy):
                 moved = True
         return moved
 
-    def _lane_work(self, st: SimState) -> tuple[list[lane.LaneJob], list[lane.LaneJob]]:
-        """The lane work queued and running (the daemon's ``views.lane_jobs``), kept from
-        cycle to cycle: the last cycle's queue, plus what has been queued since, less what
-        has left. With no lane room (``lane_cap``) there is none to give."""
+    def _running_work(self, st: SimState) -> tuple[list[RunningJob], list[lane.LaneJob]]:
+        """The running jobs, and the lane work among them (the daemon's
+        ``views.lane_jobs``), read again only when a job has started or stopped since the
+        last cycle: most cycles of a long run have none. With no lane room (``lane_cap``)
+        there is no lane work to give."""
+        seen, running, lane_running = self._running
+        if seen != st.running_changes:
+            running = [t.running_job for t in st.running.values() if t.running_job is not None]
+            lane_running = ([j for t in st.running.values()
+                             if (j := self.lane_job(st, t)) is not None]
+                            if self.lane_cap > 0 else [])
+            self._running = (st.running_changes, running, lane_running)
+        return running, lane_running
+
+    def _lane_queued(self, st: SimState) -> list[lane.LaneJob]:
+        """The lane work queued, kept from cycle to cycle: the last cycle's queue, plus
+        what has been queued since, less what has left."""
         if self.lane_cap <= 0:
-            return [], []
+            return []
         queued = self._lane_pending
         for task in st.fresh:
             if self.lane_job(st, task) is not None:
@@ -317,9 +332,7 @@ class Budget(Policy):
         for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
             del queued[job_id]
         # lane_members takes them oldest first, whatever the order given
-        pending = [j for t in queued.values() if (j := self.lane_job(st, t)) is not None]
-        running = [j for t in st.running.values() if (j := self.lane_job(st, t)) is not None]
-        return pending, running
+        return [j for t in queued.values() if (j := self.lane_job(st, t)) is not None]
 
 
 class SimQueue:

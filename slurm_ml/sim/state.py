@@ -114,6 +114,8 @@ class SimState:
     now: float = 0.0
     pending: list[Task] = field(default_factory=list)  # sorted by Task.key
     running: dict[int, Task] = field(default_factory=dict)  # job id -> task, in start order
+    #: counts the starts and stops: a policy's view of ``running`` is as old as its count
+    running_changes: int = 0
     ends: list[tuple[float, int]] = field(default_factory=list)  # (end_at, job id), sorted
     ledger: FootprintLedger = field(default_factory=FootprintLedger)
     last_requeue: dict[int, int] = field(default_factory=dict)  # job id -> epoch
@@ -208,6 +210,7 @@ class SimState:
 
     def add_running(self, task: Task) -> None:
         self.running[task.spec.job_id] = task
+        self.running_changes += 1
         insort(self.ends, (task.end_at, task.spec.job_id))
         team = task.spec.team
         self.busy[team] = self.busy.get(team, 0) + task.held
@@ -224,6 +227,7 @@ class SimState:
 
     def left_running(self, task: Task) -> None:
         del self.running[task.spec.job_id]
+        self.running_changes += 1
         i = bisect_left(self.ends, (task.end_at, task.spec.job_id))
         del self.ends[i]
         self.busy[task.spec.team] -= task.held

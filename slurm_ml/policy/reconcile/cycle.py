@@ -159,6 +159,8 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
         ccfg, in_order=True, pool_given=True) if starved and victims else []
     lane_requeues = _lane_requeues(cfg, inp, laned=laned, candidates=candidates,
                                    positions=positions, planned=requeues)
+    if not (starved or requeues or lane_requeues):
+        return decision  # the common cycle: ``replace`` costs more than the rest of it
     return replace(decision, starved=tuple(starved), requeues=tuple(requeues),
                    lane_requeues=tuple(lane_requeues))
 
