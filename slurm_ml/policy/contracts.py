@@ -525,6 +525,11 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
     for job in waiting if in_order else sorted(waiting, key=lambda w: (w.order, w.job_id)):
         if state.budget_left <= 0:
             break
+        # Asked first because it is the cheapest: the same question as a job before it,
+        # and nothing has changed (the job would be passed over whatever came next).
+        same = (job.account, job.gpus, job.gpu_types, job.billing_gpus)
+        if failed.get(same) == planner.version:
+            continue
         ok = may.get(job.account)
         if ok is None:
             ok = may[job.account] = account_may_starve(state.positions.get(job.account), cfg)
@@ -533,9 +538,6 @@ def plan_requeues(  # noqa: PLR0917  (the daemon's call shape: one value per inp
         fits, least = planner.room(job.gpus, job.gpu_types)
         if fits or least > state.budget_left:
             continue
-        same = (job.account, job.gpus, job.gpu_types, job.billing_gpus)
-        if failed.get(same) == planner.version:
-            continue  # the same question as a job before it, and nothing has changed
         best = _option(now, job, ledger=ledger, state=state, cfg=cfg)
         if best is None:
             failed[same] = planner.version
