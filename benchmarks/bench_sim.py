@@ -179,6 +179,7 @@ def run_one(
     profiler = cProfile.Profile() if profile else None
     engine = Engine(cfg, jobs, policy, SimSettings(cycle_s=cycle_s), decisions=False)
     began = time.perf_counter()
+    cpu_began = time.process_time()  # beside the wall time: this machine is shared
     if profiler is not None:
         profiler.enable()
     loaded_sim = loaded_wall = 0.0
@@ -196,6 +197,7 @@ def run_one(
     if profiler is not None:
         profiler.disable()
     wall = time.perf_counter() - began
+    cpu = time.process_time() - cpu_began
     days = (result.end_s - result.start_s) / DAY
     return {
         "policy": policy,
@@ -205,6 +207,8 @@ def run_one(
         "simulated_days": round(days, 2),
         "wall_s": round(wall, 2),
         "sim_days_per_s": round(days / wall, 2),
+        "cpu_s": round(cpu, 2),
+        "sim_days_per_cpu_s": round(days / cpu, 2) if cpu else None,
         "loaded_days": round(loaded_sim / DAY, 2),
         "loaded_wall_s": round(loaded_wall, 2),
         "loaded_days_per_s": round(loaded_sim / DAY / loaded_wall, 2) if loaded_wall else None,

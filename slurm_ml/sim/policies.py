@@ -180,6 +180,8 @@ class Budget(Policy):
         self._laned: set[int] = set()  # the last cycle's lane members
         #: the running jobs, and the lane work among them, as of ``running_changes``
         self._running: tuple[int, list[RunningJob], list[lane.LaneJob]] = (-1, [], [])
+        #: the last cycle with nothing waiting: ``running_changes`` then, and its lane
+        self._idle: tuple[int, dict[str, int]] | None = None
 
     def lane_job(self, st: SimState, task: Task) -> lane.LaneJob | None:
         """The task as fast-lane work (a short alloc job within max_job_gpus), or None;
@@ -229,12 +231,21 @@ class Budget(Policy):
         every job's SiteFactor; it never changes what is decided."""
         cfg = st.cfg
         now = st.stamp(st.now)
+        lane_pending = self._lane_queued(st)
+        idle = not decide and not st.pending
+        if idle and self._idle is not None and self._idle[0] == st.running_changes:
+            # Nothing waits, as at the last such cycle, and no job has started or stopped
+            # since: the cycle's input is that one's but for the clock, which a cycle
+            # with nothing waiting does not read (``reconcile``: no fair share, no job to
+            # price, starve or lane), so its decision is that one's.
+            self.lane_held = dict(self._idle[1])
+            self.account_band = {}
+            return CycleOutcome(sorted=True)
         # One job per class: site_factors gives every job of a class its value, ranking
         # the same associations (every class of every pending association is there).
         reps = {cls: next(iter(tasks.values())).pending_job
                 for cls, tasks in st.classes.items()}
         running, lane_running = self._running_work(st)
-        lane_pending = self._lane_queued(st)
         by_class: dict[tuple[str, str, int, bool], int] = {}
 
         def priced(decision: reconcile.CycleDecision) -> None:
@@ -257,6 +268,7 @@ class Budget(Policy):
             room=SimRoom(st, running), total_gpus=st.cluster.total,
             capacity=st.capacity), requeue=self.contract, priced=priced,
             fair_when_idle=decide)
+        self._idle = (st.running_changes, dict(out.lane.held)) if idle else None
         laned = out.lane_factors
         if not self.contract:
             return CycleOutcome(fair=out.fair, sorted=True)

@@ -42,8 +42,9 @@ class SimSettings:
     max_age_s: float = 7 * 86400.0  # slurm-fairshare: PriorityMaxAge (Slurm: 7 days)
     weight_fairshare: int = 10_000  # slurm-fairshare: PriorityWeightFairshare
     weight_age: int = 1_000  # slurm-fairshare: PriorityWeightAge
-    #: owed/delivered sampled every this many cycles, whatever the policy
-    owed_every: int = 12
+    #: owed/delivered sampled once per this much simulated time (and at most every cycle),
+    #: whatever the policy and the cycle: a sample costs a whole fair share
+    owed_every_s: float = 3600.0
     end_s: float | None = None  # stop here; None: when every job has run
     #: node faults as (at_s, node name, repair_s): the node's jobs are requeued from their
     #: last checkpoint and the node takes no work until repaired (``sim.faults``)
@@ -57,7 +58,7 @@ class SimSettings:
 
     def __post_init__(self) -> None:
         if not (self.cycle_s > 0 and self.checkpoint_s > 0 and self.half_life_s > 0
-                and self.max_age_s > 0 and self.owed_every >= 1 and self.free_grace_s >= 0):
+                and self.max_age_s > 0 and self.owed_every_s > 0 and self.free_grace_s >= 0):
             raise ValueError(f"bad simulation settings: {self}")
 
 

@@ -264,7 +264,7 @@ def test_slurm_fairshare_usage_decays_with_the_half_life() -> None:
 def test_samples_every_cycle_with_busy_pending_free_and_fragmented() -> None:
     cfg = cfg_with(TWO_NODES)
     jobs = [job(1, "a", 0, 3, 1000), job(2, "a", 0, 3, 1000), job(3, "b", 10, 4, 100)]
-    result = simulate(cfg, jobs, "budget", settings=SimSettings(cycle_s=300, owed_every=1))
+    result = simulate(cfg, jobs, "budget", settings=SimSettings(cycle_s=300, owed_every_s=300))
     first = next(s for s in result.samples if s.t_s == 300)
     assert first.busy_gpus == {"a": 6}
     assert first.pending_gpus == {"b": 4}
@@ -277,13 +277,13 @@ def test_samples_every_cycle_with_busy_pending_free_and_fragmented() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fifo", "budget"])
-def test_every_policy_samples_owed_every_few_cycles(policy: str) -> None:
+def test_every_policy_samples_owed_every_few_cycles(policy: str) -> None:  # 1200 s: 4
     """The same cadence for every policy, so that their reports compare: ``budget``
     computes fair share every cycle it has work waiting, but samples it no more often;
     with nothing waiting it computes none, and the sample is taken for it."""
     cfg = cfg_with(ONE_NODE)
     jobs = [job(1, "a", 0, 4, 10_000), job(2, "b", 10, 4, 10)]  # 2 waits behind 1 a while
-    result = simulate(cfg, jobs, policy, settings=SimSettings(cycle_s=300, owed_every=4))
+    result = simulate(cfg, jobs, policy, settings=SimSettings(cycle_s=300, owed_every_s=1200))
     measured = [i for i, s in enumerate(result.samples) if s.owed_gpu_h]
     assert measured == list(range(0, len(result.samples), 4))
 

@@ -108,6 +108,8 @@ class Engine:
         self._woken = 0
         self._pruned_at = 0.0
         self._wall = 0.0
+        #: cycles between samples of the standings (``SimSettings.owed_every_s``)
+        self._owed_every = max(1, round(settings.owed_every_s / settings.cycle_s))
 
     # ------------------------------------------------------------------ the loop
 
@@ -235,10 +237,10 @@ class Engine:
         return out
 
     def _run_cycle(self) -> CycleRecord:
-        st, s = self.st, self.st.settings
+        st = self.st
         out = self._decide(decide=self._decisions)
         fair = None
-        if self._cycle % s.owed_every == 0:  # every policy alike, so that reports compare
+        if self._cycle % self._owed_every == 0:  # every policy alike, so reports compare
             fair = out.fair if out.fair is not None else fairshare.fair_share(
                 st.cfg, st.ledger, st.stamp(st.now), capacity=st.capacity)
         owed, delivered = _owed(fair) if fair is not None else ({}, {})
