@@ -19,11 +19,17 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
+from operator import attrgetter, itemgetter
 
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.engine.preempt import victims_for
-from slurm_ml.sim.state import PENDING, Key, SimState, Task, task_key
+from slurm_ml.sim.state import PENDING, Key, SimState, Task
+
+#: ``task_key`` in C: the pass sorts and bisects by it often enough for a call to count
+_KEY: Callable[[Task], Key] = attrgetter("key")
+_ID: Callable[[tuple[float, int]], int] = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,28 +42,38 @@ class Reservation:
 
 
 class _Jumps:
-    """The next job a pass can start, past its reservation: from the places
-    :meth:`Scheduler._places` found (ascending), or, when it found them too many to
-    be worth it (None), by walking the queue. Either way the same job, or the end."""
+    """The next job a pass can start, past its reservation: among the jobs
+    :meth:`Scheduler._short` found (a heap in key order, which is their order in the
+    queue), or, when it found them too many to be worth it (None), by walking the queue.
+    Either way the same job, or the end.
 
-    __slots__ = ("k", "places")
+    The jobs come off the heap, and their places are looked up, only as the pass asks:
+    it asks for a few of hundreds, and sorting them all, or bisecting the queue for each,
+    was the dearest step of a pass under overload."""
 
-    def __init__(self, places: list[int] | None) -> None:
-        self.places = places
-        self.k = 0  # the next place to try
+    __slots__ = ("by_id", "heap", "lo")
+
+    def __init__(self, heap: list[tuple[Key, int]] | None, by_id: dict[int, Task],
+                 lo: int) -> None:
+        self.heap = heap  # (key, job id)
+        self.by_id = by_id
+        self.lo = lo  # where the pass was when they were found: none lies before it
 
     def next(self, i: int, pending: list[Task], stop: Callable[[Task], bool]) -> int:
         """The first place at or after ``i`` whose job ``stop`` accepts, else the end."""
-        places = self.places
-        if places is None:
+        heap = self.heap
+        if heap is None:
             while i < len(pending) and not stop(pending[i]):
                 i += 1
             return i
-        while self.k < len(places):
-            j = places[self.k]
-            self.k += 1
-            if j >= i and stop(pending[j]):
-                return j
+        while heap:
+            task = self.by_id[heapq.heappop(heap)[1]]
+            if stop(task):
+                # During a pass the queue is in key order and keeps every job until the
+                # pass ends, so a job's place is where its key bisects (keys are unique).
+                j = bisect_left(pending, task.key, self.lo, key=_KEY)
+                if i <= j < len(pending) and pending[j] is task:
+                    return j
         return len(pending)
 
 
@@ -142,7 +158,7 @@ class Scheduler:
                     # would each be passed over (nothing changes meanwhile): skip them.
                     at = res.at
                     if short is None:
-                        short = _Jumps(self._places(st.alloc_by_remaining, i, at - now))
+                        short = self._short(st.alloc_by_remaining, i, at - now)
                     i = short.next(i, pending, lambda t: (  # called at once:
                         t.qos == ALLOC_QOS and now + t.remaining <= at  # noqa: B023
                         and t.spec.gpus < no_room.get(t.types, 1 << 30)))
@@ -156,7 +172,7 @@ class Scheduler:
                 # anyway may preempt): go to the next that does not.
                 at = res.at
                 if ending is None:
-                    ending = _Jumps(self._places(st.by_remaining, i, at - now))
+                    ending = self._short(st.by_remaining, i, at - now)
                 i = ending.next(i, pending, lambda t: now + t.remaining <= at)  # noqa: B023
                 if i >= count:
                     break
@@ -209,29 +225,19 @@ class Scheduler:
             # a requeued job may fit what is left
             self.settled = self.settled and cluster.free_total == 0
 
-    def _places(self, index: list[tuple[float, int]], lo: int, span: float,
-                ) -> list[int] | None:
-        """The places at or after ``lo`` in ``st.pending`` of the jobs of ``index`` (a
-        sorted ``(remaining, job id)`` list) whose run time is at most ``span`` (with a
-        margin for rounding: the caller tests exactly), ascending; None when they are a
-        quarter or more of what is left to walk.
-
-        During a pass the queue is in key order and keeps every job until the pass ends,
-        so a job's place is where its key bisects; jobs started in the pass have left
-        the index, and each lies before ``lo``."""
-        st = self.st
-        pending, by_id = st.pending, st.by_id
+    def _short(self, index: list[tuple[float, int]], lo: int, span: float,
+               ) -> _Jumps:
+        """The jobs of ``index`` (a sorted ``(remaining, job id)`` list) whose run time is
+        at most ``span`` (with a margin for rounding: the caller tests exactly), in key
+        order; or none (walk the queue) when they are a quarter or more of what is left to
+        walk from ``lo``. Jobs started in the pass have left the index."""
         m = bisect_right(index, (span + 1e-6 + abs(span) * 1e-12, math.inf))
-        if 4 * m >= len(pending) - lo:
-            return None
-        out: list[int] = []
-        for _, job_id in index[:m]:
-            task = by_id[job_id]
-            j = bisect_left(pending, task.key, lo, key=task_key)
-            if j < len(pending) and pending[j] is task:
-                out.append(j)
-        out.sort()
-        return out
+        if 4 * m >= len(self.st.pending) - lo:
+            return _Jumps(None, self.st.by_id, lo)
+        ids = list(map(_ID, islice(index, m)))  # in C: there may be hundreds
+        heap = list(zip(map(_KEY, map(self.st.by_id.__getitem__, ids)), ids, strict=True))
+        heapq.heapify(heap)
+        return _Jumps(heap, self.st.by_id, lo)
 
     def requeue_after_pass(self, task: Task) -> None:
         """A free job Slurm has just stopped goes back to the queue when the next pass
