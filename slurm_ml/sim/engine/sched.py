@@ -149,7 +149,18 @@ class Scheduler:
                     if not is_alloc:
                         if not alloc_left:
                             break  # only free jobs from here on: each would be passed over
-                        continue  # a free job: only alloc jobs behind it may still preempt
+                        # A free job: only alloc jobs behind it may still preempt, and
+                        # nothing changes while free jobs are passed over, so go straight
+                        # to the next alloc job (there is one: ``alloc_left``). Under
+                        # overload the queue's head is old free work, every pass.
+                        i += 1
+                        while i < count and pending[i].qos != ALLOC_QOS:
+                            i += 1
+                        if i >= count:
+                            break
+                        task = pending[i]
+                        is_alloc = True
+                        alloc_left -= 1
                 else:
                     if hopeless == kinds:
                         break  # nothing fits, no one can preempt, the reservation is made
