@@ -49,6 +49,7 @@ class Cluster:
         self.version = 0  # bumped by every take and release: what was computed still holds
         self.max_gpn = [max((g for n, g in enumerate(self.gpn) if self.type_of[n] == t),
                             default=0) for t in range(ntypes)]
+        self._largest_of: dict[tuple[int, ...], int] = {}  # type set -> its largest node
         # single-node buckets: per type, per free count -> nodes (a dict as an ordered set)
         self._single: list[list[dict[int, None]]] = [
             [{} for _ in range(self.max_gpn[t] + 1)] for t in range(ntypes)]
@@ -79,7 +80,16 @@ class Cluster:
 
     def one_node(self, gpus: int, types: Sequence[int]) -> bool:
         """Whether the job goes on one node: it fits a node of some acceptable type."""
-        return gpus <= max((self.max_gpn[t] for t in types), default=0)
+        return gpus <= self._largest(types)
+
+    def _largest(self, types: Sequence[int]) -> int:
+        """GPUs on the largest node of the types (0: none). Asked at every placement,
+        reservation and preemption, of a handful of type sets: kept, not recomputed."""
+        key = types if isinstance(types, tuple) else tuple(types)
+        got = self._largest_of.get(key)
+        if got is None:
+            got = self._largest_of[key] = max((self.max_gpn[t] for t in key), default=0)
+        return got
 
     def feasible(self, gpus: int, types: Sequence[int]) -> bool:
         """Whether the job could ever run here (on the empty cluster)."""
@@ -95,7 +105,7 @@ class Cluster:
         """Where the job would start now (None: it does not fit), avoiding ``exclude``."""
         if self.one_node(gpus, types):
             single = self._single
-            for free in range(gpus, max(self.max_gpn[t] for t in types) + 1):
+            for free in range(gpus, self._largest(types) + 1):
                 for t in types:
                     if free < len(single[t]):
                         for n in single[t][free]:
@@ -196,8 +206,31 @@ class Cluster:
 
     def _reserve_one(self, gpus: int, types: Sequence[int], extra: dict[int, int],
                      ) -> frozenset[int]:
-        best = min((self.free[n] + extra.get(n, 0), n) for n in range(len(self.names))
-                   if self.type_of[n] in types and self.free[n] + extra.get(n, 0) >= gpus)
+        """The node :meth:`place` would pick once ``extra`` GPUs are free again: of those
+        of an acceptable type with room, the fewest free GPUs, then the lowest index.
+
+        Only the nodes in ``extra`` change; every other node is where the buckets keep
+        it, so its best is the lowest index in the first bucket that has room, and a
+        reservation costs what the ends walked cost rather than a scan of the cluster."""
+        free, type_of = self.free, self.type_of
+        best: tuple[int, int] | None = None
+        for n, more in extra.items():
+            if type_of[n] in types:
+                have = free[n] + more
+                if have >= gpus and (best is None or (have, n) < best):
+                    best = (have, n)
+        for t in types:
+            single = self._single[t]
+            for have in range(gpus, len(single)):
+                if best is not None and have > best[0]:
+                    break
+                nodes = [n for n in single[have] if n not in extra]
+                if nodes:
+                    if best is None or (have, min(nodes)) < best:
+                        best = (have, min(nodes))
+                    break
+        if best is None:
+            raise AssertionError("earliest() found a time but no node")
         return frozenset({best[1]})
 
     def _reserve_many(self, gpus: int, types: Sequence[int], extra: dict[int, int],

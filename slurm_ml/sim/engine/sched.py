@@ -19,11 +19,19 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
+from operator import attrgetter, itemgetter
 
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.engine.preempt import victims_for
-from slurm_ml.sim.state import PENDING, Key, SimState, Task, task_key
+from slurm_ml.sim.state import PENDING, Key, SimState, Task
+
+#: ``task_key`` in C: the pass sorts and bisects by it often enough for a call to count
+_KEY: Callable[[Task], Key] = attrgetter("key")
+_ID: Callable[[tuple[float, int]], int] = itemgetter(1)
+_AT: Callable[[tuple[float, int]], float] = itemgetter(0)
+_ALLOC: Callable[[Task], Alloc] = attrgetter("alloc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,28 +44,38 @@ class Reservation:
 
 
 class _Jumps:
-    """The next job a pass can start, past its reservation: from the places
-    :meth:`Scheduler._places` found (ascending), or, when it found them too many to
-    be worth it (None), by walking the queue. Either way the same job, or the end."""
+    """The next job a pass can start, past its reservation: among the jobs
+    :meth:`Scheduler._short` found (a heap in key order, which is their order in the
+    queue), or, when it found them too many to be worth it (None), by walking the queue.
+    Either way the same job, or the end.
 
-    __slots__ = ("k", "places")
+    The jobs come off the heap, and their places are looked up, only as the pass asks:
+    it asks for a few of hundreds, and sorting them all, or bisecting the queue for each,
+    was the dearest step of a pass under overload."""
 
-    def __init__(self, places: list[int] | None) -> None:
-        self.places = places
-        self.k = 0  # the next place to try
+    __slots__ = ("by_id", "heap", "lo")
+
+    def __init__(self, heap: list[tuple[Key, int]] | None, by_id: dict[int, Task],
+                 lo: int) -> None:
+        self.heap = heap  # (key, job id)
+        self.by_id = by_id
+        self.lo = lo  # where the pass was when they were found: none lies before it
 
     def next(self, i: int, pending: list[Task], stop: Callable[[Task], bool]) -> int:
         """The first place at or after ``i`` whose job ``stop`` accepts, else the end."""
-        places = self.places
-        if places is None:
+        heap = self.heap
+        if heap is None:
             while i < len(pending) and not stop(pending[i]):
                 i += 1
             return i
-        while self.k < len(places):
-            j = places[self.k]
-            self.k += 1
-            if j >= i and stop(pending[j]):
-                return j
+        while heap:
+            task = self.by_id[heapq.heappop(heap)[1]]
+            if stop(task):
+                # During a pass the queue is in key order and keeps every job until the
+                # pass ends, so a job's place is where its key bisects (keys are unique).
+                j = bisect_left(pending, task.key, self.lo, key=_KEY)
+                if i <= j < len(pending) and pending[j] is task:
+                    return j
         return len(pending)
 
 
@@ -133,7 +151,18 @@ class Scheduler:
                     if not is_alloc:
                         if not alloc_left:
                             break  # only free jobs from here on: each would be passed over
-                        continue  # a free job: only alloc jobs behind it may still preempt
+                        # A free job: only alloc jobs behind it may still preempt, and
+                        # nothing changes while free jobs are passed over, so go straight
+                        # to the next alloc job (there is one: ``alloc_left``). Under
+                        # overload the queue's head is old free work, every pass.
+                        i += 1
+                        while i < count and pending[i].qos != ALLOC_QOS:
+                            i += 1
+                        if i >= count:
+                            break
+                        task = pending[i]
+                        is_alloc = True
+                        alloc_left -= 1
                 else:
                     if hopeless == kinds:
                         break  # nothing fits, no one can preempt, the reservation is made
@@ -142,7 +171,7 @@ class Scheduler:
                     # would each be passed over (nothing changes meanwhile): skip them.
                     at = res.at
                     if short is None:
-                        short = _Jumps(self._places(st.alloc_by_remaining, i, at - now))
+                        short = self._short(st.alloc_by_remaining, i, at - now)
                     i = short.next(i, pending, lambda t: (  # called at once:
                         t.qos == ALLOC_QOS and now + t.remaining <= at  # noqa: B023
                         and t.spec.gpus < no_room.get(t.types, 1 << 30)))
@@ -156,7 +185,7 @@ class Scheduler:
                 # anyway may preempt): go to the next that does not.
                 at = res.at
                 if ending is None:
-                    ending = _Jumps(self._places(st.by_remaining, i, at - now))
+                    ending = self._short(st.by_remaining, i, at - now)
                 i = ending.next(i, pending, lambda t: now + t.remaining <= at)  # noqa: B023
                 if i >= count:
                     break
@@ -209,29 +238,19 @@ class Scheduler:
             # a requeued job may fit what is left
             self.settled = self.settled and cluster.free_total == 0
 
-    def _places(self, index: list[tuple[float, int]], lo: int, span: float,
-                ) -> list[int] | None:
-        """The places at or after ``lo`` in ``st.pending`` of the jobs of ``index`` (a
-        sorted ``(remaining, job id)`` list) whose run time is at most ``span`` (with a
-        margin for rounding: the caller tests exactly), ascending; None when they are a
-        quarter or more of what is left to walk.
-
-        During a pass the queue is in key order and keeps every job until the pass ends,
-        so a job's place is where its key bisects; jobs started in the pass have left
-        the index, and each lies before ``lo``."""
-        st = self.st
-        pending, by_id = st.pending, st.by_id
+    def _short(self, index: list[tuple[float, int]], lo: int, span: float,
+               ) -> _Jumps:
+        """The jobs of ``index`` (a sorted ``(remaining, job id)`` list) whose run time is
+        at most ``span`` (with a margin for rounding: the caller tests exactly), in key
+        order; or none (walk the queue) when they are a quarter or more of what is left to
+        walk from ``lo``. Jobs started in the pass have left the index."""
         m = bisect_right(index, (span + 1e-6 + abs(span) * 1e-12, math.inf))
-        if 4 * m >= len(pending) - lo:
-            return None
-        out: list[int] = []
-        for _, job_id in index[:m]:
-            task = by_id[job_id]
-            j = bisect_left(pending, task.key, lo, key=task_key)
-            if j < len(pending) and pending[j] is task:
-                out.append(j)
-        out.sort()
-        return out
+        if 4 * m >= len(self.st.pending) - lo:
+            return _Jumps(None, self.st.by_id, lo)
+        ids = list(map(_ID, islice(index, m)))  # in C: there may be hundreds
+        heap = list(zip(map(_KEY, map(self.st.by_id.__getitem__, ids)), ids, strict=True))
+        heapq.heapify(heap)
+        return _Jumps(heap, self.st.by_id, lo)
 
     def requeue_after_pass(self, task: Task) -> None:
         """A free job Slurm has just stopped goes back to the queue when the next pass
@@ -338,6 +357,8 @@ class Scheduler:
         return Reservation(task.key, got[0], got[1])
 
     def _ends(self) -> Iterator[tuple[float, Alloc]]:
-        running = self.st.running
-        for at, job_id in self.st.ends:
-            yield at, running[job_id].alloc
+        """The running jobs' (end, allocation), soonest first, made as ``earliest`` walks
+        them (it stops at the first that makes room), in C: a walk can take hundreds."""
+        ends = self.st.ends
+        return zip(map(_AT, ends), map(_ALLOC, map(self.st.running.__getitem__,
+                                                  map(_ID, ends))), strict=True)
