@@ -207,7 +207,7 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
     cap = capacity_billing_gpus(cfg) if capacity is None else capacity
     start = now - max(1, round(fcfg.window_hours * _HOUR))
     grid = DemandGrid(start, now, fcfg.owed_bucket_s)
-    caps = [cap * h for h in grid.bucket_hours()]
+    caps = _caps(cap, grid)
     if isinstance(footprints, FootprintLedger):
         tally, demand = footprints.window(tree, start, now, fcfg.owed_bucket_s)
         owed_h, demand_h = footprints.owed_columns.owed(tree, demand, caps, start,
@@ -251,6 +251,21 @@ def fair_share(cfg: Config, footprints: Iterable[Footprint] | FootprintLedger, n
     return FairShare(window_start=start, window_end=now, capacity=cap, standings=standings,
                      fair_tree_order=order, ranks=count, unmatched=tally.unmatched,
                      entitlement_first=first)
+
+
+#: (capacity, buckets, last bucket's seconds) -> capacity per bucket, of the last window:
+#: the window's length is fixed, so every cycle asks the same
+_CAPS: dict[tuple[float, int, float], list[float]] = {}
+
+
+def _caps(cap: float, grid: DemandGrid) -> list[float]:
+    """The cluster's billing GPU-hours in each bucket of ``grid`` (a fresh list)."""
+    key = (cap, grid.count, grid.last_s)
+    got = _CAPS.get(key)
+    if got is None:
+        _CAPS.clear()
+        got = _CAPS[key] = [cap * h for h in grid.bucket_hours()]
+    return list(got)
 
 
 def _below_entitlement(tree: FlatTree, running: list[float], cap: float) -> frozenset[str]:

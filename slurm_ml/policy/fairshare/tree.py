@@ -43,9 +43,26 @@ class FlatTree:
     account_of: Mapping[str, int]  # account -> org/program/project node
 
 
-@lru_cache(maxsize=8)
+#: id(tree) -> (tree, flat): the trees flattened last, found without hashing them
+_FLAT_BY_ID: dict[int, tuple[BudgetTree, FlatTree]] = {}
+
+
 def flatten(tree: BudgetTree) -> FlatTree:
-    """The tree as flat tuples; cached because the daemon asks every cycle."""
+    """The tree as flat tuples; cached because the daemon and the simulator ask every
+    cycle. The same tree object is found by identity first: hashing a frozen tree of
+    thousands of users (``lru_cache``'s key) costs more than the rest of a quiet cycle."""
+    got = _FLAT_BY_ID.get(id(tree))
+    if got is not None and got[0] is tree:
+        return got[1]
+    flat = _flatten(tree)
+    if len(_FLAT_BY_ID) >= 8:
+        _FLAT_BY_ID.clear()
+    _FLAT_BY_ID[id(tree)] = (tree, flat)
+    return flat
+
+
+@lru_cache(maxsize=8)
+def _flatten(tree: BudgetTree) -> FlatTree:
     paths: list[tuple[str, ...]] = []
     kinds: list[str] = []
     accounts: list[str] = []
