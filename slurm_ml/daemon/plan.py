@@ -205,13 +205,16 @@ def current_fair_share(cfg: Config, obs: Observation,
 
 
 def _demand(cfg: Config, obs: Observation, refunds: Sequence[Refund],
+            jobs: views.CycleJobs | None = None,
             ) -> tuple[list[Footprint], set[tuple[str, str]]]:
     """The window's footprints (runs in ``refunds`` uncharged) and the associations
-    with jobs pending now, the only ones fair share ranks."""
-    pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
+    with jobs pending now, the only ones fair share ranks; ``jobs``: ``obs.jobs`` as
+    the caller read them already."""
+    if jobs is None:
+        jobs = views.CycleJobs(cfg, obs.jobs)
     uncharged = {(r.job_id, r.start) for r in refunds}
-    return (views.footprints(cfg, obs.jobs, obs.usage, uncharged),
-            {(p.account, p.user) for p in pending})
+    return (jobs.footprints(obs.usage, uncharged),
+            {(p.account, p.user) for p in jobs.pending})
 
 
 def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
@@ -300,7 +303,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
                    f"closing them so their usage stops growing",
             details={"jobs": ids}))
 
-    running = views.running_jobs(cfg, jobs)
+    # every way the cycle reads the jobs, each job worked out once
+    table = views.CycleJobs(cfg, jobs)
+    running = table.running
     starts = {r.job_id: r.start for r in running}
     history = list(obs.history)
     acted: set[int] = set()
@@ -337,14 +342,12 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")],
         lane_recent=book.lane_recent)
     coming = room_coming(history, now)
-    footprints, assocs = _demand(cfg, obs, refunds)
-    lane_pending, lane_running = views.lane_jobs(cfg, jobs)
+    footprints, assocs = _demand(cfg, obs, refunds, table)
+    lane_pending, lane_running = table.lane
     cycle = reconcile.reconcile(cfg, reconcile.CycleInput(
-        now=now, footprints=footprints, pending_assocs=assocs,
-        pending=views.pending_jobs(jobs, cfg.policy.fairshare),
+        now=now, footprints=footprints, pending_assocs=assocs, pending=table.pending,
         lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
-        queue=ObservedQueue([w for w in views.waiting_jobs(cfg, jobs)
-                             if w.job_id not in coming]),
+        queue=ObservedQueue([w for w in table.waiting if w.job_id not in coming]),
         room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
         total_gpus=cfg.total_gpus(), held_back=acted | graced))
     targets = {**cycle.site_factors, **cycle.lane_factors}
