@@ -227,21 +227,26 @@ def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
 
 @dataclass(frozen=True, slots=True)
 class ObservedQueue:
-    """The jobs waiting for GPUs in Slurm's order (``views.waiting_jobs``), as the cycle
-    reads them (``policy.reconcile.WaitingQueue``)."""
+    """The jobs waiting for GPUs in Slurm's order (``views.CycleJobs.waiting``) but those
+    in ``coming``, as the cycle reads them (``policy.reconcile.WaitingQueue``): each
+    read builds only the ``WaitingJob`` values it returns."""
 
-    waiting: Sequence[WaitingJob]
+    waiting: views.CycleJobs
+    coming: Collection[int] = frozenset()
 
     def alloc_accounts(self) -> list[str]:
-        return list(dict.fromkeys(w.account for w in self.waiting if w.qos == ALLOC_QOS))
+        coming = self.coming
+        return list(dict.fromkeys(j.account for j in self.waiting.waiting_order()
+                                  if j.qos == ALLOC_QOS and j.job_id not in coming))
 
     def alloc_jobs(self, accounts: Collection[str]) -> list[WaitingJob]:
-        wanted = set(accounts)  # ``waiting`` is in Slurm's order already
-        return [w for w in self.waiting if w.qos == ALLOC_QOS and w.account in wanted]
+        wanted, coming = set(accounts), self.coming
+        return self.waiting.waiting_where(
+            lambda j: j.qos == ALLOC_QOS and j.account in wanted and j.job_id not in coming)
 
     def jobs(self, job_ids: Collection[int]) -> list[WaitingJob]:
-        wanted = set(job_ids)
-        return [w for w in self.waiting if w.job_id in wanted]
+        wanted, coming = set(job_ids), self.coming
+        return self.waiting.waiting_where(lambda j: j.job_id in wanted and j.job_id not in coming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +377,7 @@ def _plan_cycle(cfg: Config, obs: Observation) -> Plan:
     cycle = reconcile.reconcile(cfg, reconcile.CycleInput(
         now=now, footprints=footprints, pending_assocs=assocs, pending=table.pending,
         lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
-        queue=ObservedQueue([w for w in table.waiting if w.job_id not in coming]),
+        queue=ObservedQueue(table, coming),
         room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
         total_gpus=cfg.total_gpus(), held_back=acted | graced))
     targets = {**cycle.site_factors, **cycle.lane_factors}

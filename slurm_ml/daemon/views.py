@@ -8,7 +8,7 @@ gives the type; GPUs accounted only as untyped ``gres/gpu`` are billed at weight
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from slurm_ml.config import Config, FairshareConfig
@@ -199,6 +199,7 @@ class CycleJobs:
         self._cfg = cfg
         self._jobs = jobs
         self._contracts: dict[tuple[str, int | None], int | None] = {}
+        self._built: dict[int, WaitingJob] = {}  # by order
 
     @functools.cached_property
     def _waiting_rows(self) -> list[_Row]:
@@ -286,12 +287,36 @@ class CycleJobs:
     @functools.cached_property
     def waiting(self) -> list[WaitingJob]:
         """:func:`waiting_jobs`."""
-        rows = sorted(self._priced, key=lambda r: (-(r[0].priority or 0), r[0].submit_time or 0,
+        return self.waiting_where(lambda _job: True)
+
+    @functools.cached_property
+    def _in_order(self) -> list[_Priced]:
+        """:attr:`_priced` in Slurm's order (highest priority first, then submit time)."""
+        return sorted(self._priced, key=lambda r: (-(r[0].priority or 0), r[0].submit_time or 0,
                                                    r[0].job_id))
-        return [WaitingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
-                           gpus=gpus, gpu_types=types, billing_gpus=billing,
-                           submit=j.submit_time or 0, reason=j.reason, order=order)
-                for order, (j, gpus, types, billing) in enumerate(rows)]
+
+    def waiting_order(self) -> list[Job]:
+        """The jobs of :attr:`waiting`, in its order, none built as a ``WaitingJob``."""
+        return [row[0] for row in self._in_order]
+
+    def waiting_where(self, keep: Callable[[Job], bool]) -> list[WaitingJob]:
+        """Those of :attr:`waiting` whose job ``keep`` takes, in its order; only those
+        are built (the contracts ask for the alloc jobs of starving accounts alone, and
+        most cycles for none), each once, so that every read gives the same values."""
+        built = self._built
+        out = []
+        for order, row in enumerate(self._in_order):
+            if not keep(row[0]):
+                continue
+            got = built.get(order)
+            if got is None:
+                j, gpus, types, billing = row
+                got = built[order] = WaitingJob(
+                    job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, gpus=gpus,
+                    gpu_types=types, billing_gpus=billing, submit=j.submit_time or 0,
+                    reason=j.reason, order=order)
+            out.append(got)
+        return out
 
     @functools.cached_property
     def lane(self) -> tuple[list[LaneJob], list[LaneJob]]:

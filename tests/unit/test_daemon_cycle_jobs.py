@@ -13,6 +13,7 @@ from daemon_helpers import CFG, NOW
 
 from slurm_ml.config import Config
 from slurm_ml.daemon import views
+from slurm_ml.daemon.plan import ObservedQueue
 from slurm_ml.model import ALLOC_QOS, GpuRequest, Job, JobState, JobUsage
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
@@ -191,3 +192,20 @@ def test_the_windows_footprints_are_those_of_each_row_read_alone() -> None:
     assert got == views.CycleJobs(CFG, js).footprints(rows, refunded)
     assert [views.usage_billing_gpus(CFG, u) for u in rows if u.gpus > 0] == [
         f.billing_gpus for f in ref_usage_footprints(CFG, rows, set())]
+
+
+def test_the_observed_queue_reads_the_waiting_jobs_but_those_room_is_coming_for() -> None:
+    js = jobs()
+    full = ref_waiting(js, CFG)
+    coming = {w.job_id for w in full[::7]}
+    left = [w for w in full if w.job_id not in coming]
+    queue = ObservedQueue(views.CycleJobs(CFG, js), coming)
+    accounts = queue.alloc_accounts()
+    assert accounts == list(dict.fromkeys(w.account for w in left if w.qos == ALLOC_QOS))
+    some = accounts[:2]
+    assert queue.alloc_jobs(some) == [w for w in left
+                                      if w.qos == ALLOC_QOS and w.account in some]
+    ids = {w.job_id for w in full[::3]}
+    assert queue.jobs(ids) == [w for w in left if w.job_id in ids]
+    # a second read gives the very values of the first
+    assert all(a is b for a, b in zip(queue.jobs(ids), queue.jobs(ids), strict=True))
