@@ -7,7 +7,9 @@ crash and restart, has the same key and is applied at most once.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import contextlib
+import gc
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -205,13 +207,16 @@ def current_fair_share(cfg: Config, obs: Observation,
 
 
 def _demand(cfg: Config, obs: Observation, refunds: Sequence[Refund],
+            jobs: views.CycleJobs | None = None,
             ) -> tuple[list[Footprint], set[tuple[str, str]]]:
     """The window's footprints (runs in ``refunds`` uncharged) and the associations
-    with jobs pending now, the only ones fair share ranks."""
-    pending = views.pending_jobs(obs.jobs, cfg.policy.fairshare)
+    with jobs pending now, the only ones fair share ranks; ``jobs``: ``obs.jobs`` as
+    the caller read them already."""
+    if jobs is None:
+        jobs = views.CycleJobs(cfg, obs.jobs)
     uncharged = {(r.job_id, r.start) for r in refunds}
-    return (views.footprints(cfg, obs.jobs, obs.usage, uncharged),
-            {(p.account, p.user) for p in pending})
+    return (jobs.footprints(obs.usage, uncharged),
+            {(p.account, p.user) for p in jobs.pending})
 
 
 def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
@@ -222,21 +227,26 @@ def fast_lane(cfg: Config, jobs: Sequence[Job]) -> Lane:
 
 @dataclass(frozen=True, slots=True)
 class ObservedQueue:
-    """The jobs waiting for GPUs in Slurm's order (``views.waiting_jobs``), as the cycle
-    reads them (``policy.reconcile.WaitingQueue``)."""
+    """The jobs waiting for GPUs in Slurm's order (``views.CycleJobs.waiting``) but those
+    in ``coming``, as the cycle reads them (``policy.reconcile.WaitingQueue``): each
+    read builds only the ``WaitingJob`` values it returns."""
 
-    waiting: Sequence[WaitingJob]
+    waiting: views.CycleJobs
+    coming: Collection[int] = frozenset()
 
     def alloc_accounts(self) -> list[str]:
-        return list(dict.fromkeys(w.account for w in self.waiting if w.qos == ALLOC_QOS))
+        coming = self.coming
+        return list(dict.fromkeys(j.account for j in self.waiting.waiting_order()
+                                  if j.qos == ALLOC_QOS and j.job_id not in coming))
 
     def alloc_jobs(self, accounts: Collection[str]) -> list[WaitingJob]:
-        wanted = set(accounts)  # ``waiting`` is in Slurm's order already
-        return [w for w in self.waiting if w.qos == ALLOC_QOS and w.account in wanted]
+        wanted, coming = set(accounts), self.coming
+        return self.waiting.waiting_where(
+            lambda j: j.qos == ALLOC_QOS and j.account in wanted and j.job_id not in coming)
 
     def jobs(self, job_ids: Collection[int]) -> list[WaitingJob]:
-        wanted = set(job_ids)
-        return [w for w in self.waiting if w.job_id in wanted]
+        wanted, coming = set(job_ids), self.coming
+        return self.waiting.waiting_where(lambda j: j.job_id in wanted and j.job_id not in coming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +297,29 @@ def zombie_status_of(cfg: Config, jobs: Sequence[Job], samples: Sequence[UtilSam
 
 def plan_cycle(cfg: Config, obs: Observation) -> Plan:
     """Everything this cycle would do, decided from ``obs`` alone."""
+    with _young_collections_only():
+        return _plan_cycle(cfg, obs)
+
+
+@contextlib.contextmanager
+def _young_collections_only() -> Iterator[None]:
+    """No full collection by the cyclic garbage collector while a pass runs.
+
+    A pass builds some 400,000 values beside an observation of as many, and all of them
+    live until it ends: every full collection meanwhile walks them all and frees
+    nothing, and a pass made two to four, a quarter of its time. The young collections
+    go on: the requeue planner's search leaves reference cycles behind (900,000 objects
+    on a contended cluster, which kept for the pass would double its memory). The next
+    full collection comes after the pass, once one is due."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(threshold[0], threshold[1], 1 << 30)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+
+
+def _plan_cycle(cfg: Config, obs: Observation) -> Plan:
     now = obs.now
     jobs = obs.jobs
     refunds = views.run_refunds(cfg, obs.usage, obs.drains)
@@ -300,7 +333,9 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
                    f"closing them so their usage stops growing",
             details={"jobs": ids}))
 
-    running = views.running_jobs(cfg, jobs)
+    # every way the cycle reads the jobs, each job worked out once
+    table = views.CycleJobs(cfg, jobs)
+    running = table.running
     starts = {r.job_id: r.start for r in running}
     history = list(obs.history)
     acted: set[int] = set()
@@ -337,14 +372,12 @@ def plan_cycle(cfg: Config, obs: Observation) -> Plan:
         *book.recent, *((now, a.gpus) for a in actions if a.decision == "zombie_requeue")],
         lane_recent=book.lane_recent)
     coming = room_coming(history, now)
-    footprints, assocs = _demand(cfg, obs, refunds)
-    lane_pending, lane_running = views.lane_jobs(cfg, jobs)
+    footprints, assocs = _demand(cfg, obs, refunds, table)
+    lane_pending, lane_running = table.lane
     cycle = reconcile.reconcile(cfg, reconcile.CycleInput(
-        now=now, footprints=footprints, pending_assocs=assocs,
-        pending=views.pending_jobs(jobs, cfg.policy.fairshare),
+        now=now, footprints=footprints, pending_assocs=assocs, pending=table.pending,
         lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
-        queue=ObservedQueue([w for w in views.waiting_jobs(cfg, jobs)
-                             if w.job_id not in coming]),
+        queue=ObservedQueue(table, coming),
         room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
         total_gpus=cfg.total_gpus(), held_back=acted | graced))
     targets = {**cycle.site_factors, **cycle.lane_factors}

@@ -8,7 +8,7 @@ gives the type; GPUs accounted only as untyped ``gres/gpu`` are billed at weight
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from slurm_ml.config import Config, FairshareConfig
@@ -27,16 +27,38 @@ from slurm_ml.store.records import AuditEntry, HealthEvent, ReconcilerDecision, 
 
 def usage_billing_gpus(cfg: Config, u: JobUsage) -> float:
     """Billing GPUs of one accounted allocation."""
-    typed = 0.0
-    billing = 0.0
-    for key, count in u.alloc_tres.items():
+    return _UsageBilling(cfg)(u)
+
+
+class _UsageBilling:
+    """:func:`usage_billing_gpus` for many rows: each TRES name's weight looked up once
+    (a window's 40,000 rows name a handful), the sum taken as that function defines."""
+
+    def __init__(self, cfg: Config) -> None:
+        self._cfg = cfg
+        self._weights: dict[str, float | None] = {}  # None: not a typed GPU
+
+    def _weight(self, key: str) -> float | None:
         name = tres_gpu_type(key)
-        if name is not None:
-            gpu_type = cfg.gpu_types.get(name)
-            typed += count
-            billing += count * (gpu_type.billing_weight if gpu_type else 1.0)
-    untyped = u.alloc_tres.get("gres/gpu", 0.0) - typed
-    return billing + max(0.0, untyped)
+        if name is None:
+            return None
+        gpu_type = self._cfg.gpu_types.get(name)
+        return gpu_type.billing_weight if gpu_type else 1.0
+
+    def __call__(self, u: JobUsage) -> float:
+        weights = self._weights
+        typed = 0.0
+        billing = 0.0
+        for key, count in u.alloc_tres.items():
+            if key in weights:
+                weight = weights[key]
+            else:
+                weight = weights[key] = self._weight(key)
+            if weight is not None:
+                typed += count
+                billing += count * weight
+        untyped = u.alloc_tres.get("gres/gpu", 0.0) - typed
+        return billing + max(0.0, untyped)
 
 
 #: A Slurm host list as node names (the one reader, in the model layer).
@@ -55,12 +77,20 @@ def job_gpu_type(cfg: Config, job: Job, nodes: Sequence[str] | None = None) -> s
 
 def acceptable_types(cfg: Config, job: Job) -> frozenset[str]:
     """GPU types a pending job may run on (empty = any): typed GRES, else the constraint."""
+    return _acceptable_types(job, _feature_to_type(cfg))
+
+
+def _feature_to_type(cfg: Config) -> tuple[tuple[str, str], ...]:
+    return tuple((t.feature, n) for n, t in cfg.gpu_types.items())
+
+
+def _acceptable_types(job: Job, feature_to_type: tuple[tuple[str, str], ...]) -> frozenset[str]:
     typed = frozenset(g.gpu_type for g in job.gpus if g.gpu_type)
     if typed:
         return typed
     if not job.features:
         return frozenset()
-    return _constraint_types(job.features, tuple((t.feature, n) for n, t in cfg.gpu_types.items()))
+    return _constraint_types(job.features, feature_to_type)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,9 +106,14 @@ def job_billing_gpus(cfg: Config, job: Job, gpu_type: str | None = None,
                      types: Iterable[str] = ()) -> float:
     """Billing GPUs of a job: its type's weight, or the highest of the types it accepts
     (any type, when it names none)."""
+    return job.total_gpus * _billing_weight(cfg, gpu_type, types)
+
+
+def _billing_weight(cfg: Config, gpu_type: str | None, types: Iterable[str]) -> float:
+    """The weight :func:`job_billing_gpus` bills a job's GPUs at."""
     names = [gpu_type] if gpu_type else (list(types) or list(cfg.gpu_types))
     weights = [cfg.gpu_types[n].billing_weight for n in names if n in cfg.gpu_types]
-    return job.total_gpus * (max(weights) if weights else 1.0)
+    return max(weights) if weights else 1.0
 
 
 def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage],
@@ -88,26 +123,237 @@ def footprints(cfg: Config, jobs: Sequence[Job], usage: Sequence[JobUsage],
 
     ``refunded``: (job id, start) of runs a fault ended (:func:`run_refunds`): they
     delivered nothing, though the team asked for GPUs all the same (demand stays)."""
+    return CycleJobs(cfg, jobs).footprints(usage, refunded)
+
+
+def usage_footprints(cfg: Config, usage: Sequence[JobUsage],
+                     refunded: Collection[tuple[int, int]] = ()) -> list[Footprint]:
+    """The window's allocations as :func:`footprints` has them (its first part)."""
+    billing = _UsageBilling(cfg)
     # sacct --truncate ends a run still going at the window's end (now): it has not
     # ended, and fair share counts it as running now (its GPUs, for the entitlement)
-    out = [Footprint(job_id=u.job_id, account=u.account, user=u.user,
-                     billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
-                     pending_from=u.submit, run_from=u.start,
-                     until=None if u.state == JobState.RUNNING else u.end)
-           if (u.job_id, u.start) not in refunded else
-           Footprint(job_id=u.job_id, account=u.account, user=u.user,
-                     billing_gpus=usage_billing_gpus(cfg, u), allocated=u.qos == ALLOC_QOS,
-                     pending_from=u.submit if u.submit is not None else u.start,
-                     run_from=None, until=u.end)
-           for u in usage if u.gpus > 0]
-    for j in jobs:
-        if j.state == JobState.PENDING and j.total_gpus > 0 and waits_for_gpus(j.reason):
-            out.append(Footprint(job_id=j.job_id, account=j.account, user=j.user,
-                                 billing_gpus=job_billing_gpus(cfg, j,
-                                                               types=acceptable_types(cfg, j)),
-                                 allocated=j.qos == ALLOC_QOS, pending_from=j.submit_time,
-                                 run_from=None, until=None))
-    return out
+    return [Footprint(job_id=u.job_id, account=u.account, user=u.user,
+                      billing_gpus=billing(u), allocated=u.qos == ALLOC_QOS,
+                      pending_from=u.submit, run_from=u.start,
+                      until=None if u.state == JobState.RUNNING else u.end)
+            if (u.job_id, u.start) not in refunded else
+            Footprint(job_id=u.job_id, account=u.account, user=u.user,
+                      billing_gpus=billing(u), allocated=u.qos == ALLOC_QOS,
+                      pending_from=u.submit if u.submit is not None else u.start,
+                      run_from=None, until=u.end)
+            for u in usage if u.gpus > 0]
+
+
+def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
+    """Pending jobs as fair share sees them (only those that wait for GPUs: the others
+    are not ranked either); ``short`` from the recorded contract."""
+    return [_pending_job(j, _is_short(protected_s(j), j.time_limit_min, cfg))
+            for j in jobs if j.state == JobState.PENDING and waits_for_gpus(j.reason)]
+
+
+def _is_short(protected: int | None, time_limit_min: int | None,
+              cfg: FairshareConfig) -> bool:
+    return is_short_job(None if protected is None else protected / 60, time_limit_min, cfg)
+
+
+def _pending_job(j: Job, short: bool) -> PendingJob:
+    return PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, nice=j.nice,
+                      short=short)
+
+
+def lane_jobs(cfg: Config, jobs: Sequence[Job]) -> tuple[list[LaneJob], list[LaneJob]]:
+    """Short alloc work the fast lane counts, as (pending, running): pending jobs that
+    wait for GPUs (the ones :func:`pending_jobs` ranks) and running ones, each within
+    ``policy.fast_lane.max_job_gpus``."""
+    return CycleJobs(cfg, jobs).lane
+
+
+def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
+    return CycleJobs(cfg, jobs).running
+
+
+def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
+    """Pending GPU jobs that wait for GPUs, in Slurm's order (highest priority first,
+    then submit time)."""
+    return CycleJobs(cfg, jobs).waiting
+
+
+#: A job with its GPUs (``Job.total_gpus``) and contract (:func:`protected_s`).
+_Row = tuple[Job, int, int | None]
+#: A pending job that waits for GPUs and asks for some: its acceptable types and billing.
+_Priced = tuple[Job, int, frozenset[str], float]
+
+
+class CycleJobs:
+    """slurmctld's jobs as one cycle reads them: fair share's pending jobs and demand,
+    Slurm's waiting queue, the fast lane's and the running jobs.
+
+    A cycle reads the same 60,000 jobs in each of these ways, and each used to work out
+    a job's GPUs, contract, acceptable types and billing again: that was most of the
+    cycle's time. Here each is worked out once per job, and each list is built when it
+    is first read (a command that shows the running jobs pays for no pending one). The
+    lists are this object's own: a caller that changes one changes it for later reads.
+    """
+
+    def __init__(self, cfg: Config, jobs: Sequence[Job]) -> None:
+        self._cfg = cfg
+        self._jobs = jobs
+        self._contracts: dict[tuple[str, int | None], int | None] = {}
+        self._built: dict[int, WaitingJob] = {}  # by order
+
+    @functools.cached_property
+    def _waiting_rows(self) -> list[_Row]:
+        """The pending jobs that wait for GPUs (any number of them), in the jobs' order."""
+        waits: dict[str, bool] = {}  # a queue of 50,000 jobs has a handful of reasons
+        out: list[_Row] = []
+        for j in self._jobs:
+            if j.state != JobState.PENDING:
+                continue
+            wait = waits.get(j.reason)
+            if wait is None:
+                wait = waits[j.reason] = waits_for_gpus(j.reason)
+            if wait:
+                out.append((j, j.total_gpus, self._protected(j)))
+        return out
+
+    @functools.cached_property
+    def _running_rows(self) -> list[_Row]:
+        """The running jobs, in the jobs' order."""
+        return [(j, j.total_gpus, self._protected(j))
+                for j in self._jobs if j.state == JobState.RUNNING]
+
+    def _protected(self, j: Job) -> int | None:
+        """:func:`protected_s`, read once per distinct record: admission writes the same
+        few records on most jobs, and each read parses JSON."""
+        key = (j.admin_comment, j.time_min_min)
+        if key in self._contracts:
+            return self._contracts[key]
+        got = self._contracts[key] = protected_s(j)
+        return got
+
+    @functools.cached_property
+    def _priced(self) -> list[_Priced]:
+        """The waiting jobs that ask for GPUs, with the types they accept and their
+        billing GPUs (:func:`acceptable_types`, :func:`job_billing_gpus`)."""
+        cfg = self._cfg
+        features = _feature_to_type(cfg)
+        one_type: dict[str, frozenset[str]] = {}
+        weight_of: dict[frozenset[str], float] = {}
+        out: list[_Priced] = []
+        for j, gpus, _protected in self._waiting_rows:
+            if gpus <= 0:
+                continue
+            requests = j.gpus
+            if len(requests) == 1 and requests[0].gpu_type:  # the common request
+                name = requests[0].gpu_type
+                types = one_type.get(name)
+                if types is None:
+                    types = one_type[name] = frozenset((name,))
+            else:
+                types = _acceptable_types(j, features)
+            weight = weight_of.get(types)
+            if weight is None:
+                weight = weight_of[types] = _billing_weight(cfg, None, types)
+            out.append((j, gpus, types, gpus * weight))
+        return out
+
+    @functools.cached_property
+    def pending(self) -> list[PendingJob]:
+        """:func:`pending_jobs`."""
+        fcfg = self._cfg.policy.fairshare
+        shorts: dict[tuple[int | None, int | None], bool] = {}  # few distinct contracts
+        out = []
+        for j, _gpus, protected in self._waiting_rows:
+            key = (protected, j.time_limit_min)
+            short = shorts.get(key)
+            if short is None:
+                short = shorts[key] = _is_short(protected, j.time_limit_min, fcfg)
+            out.append(_pending_job(j, short))
+        return out
+
+    def footprints(self, usage: Sequence[JobUsage],
+                   refunded: Collection[tuple[int, int]] = ()) -> list[Footprint]:
+        """:func:`footprints`."""
+        return [*usage_footprints(self._cfg, usage, refunded), *self.demand]
+
+    @functools.cached_property
+    def demand(self) -> list[Footprint]:
+        """The pending part of :func:`footprints`."""
+        return [Footprint(job_id=j.job_id, account=j.account, user=j.user,
+                          billing_gpus=billing, allocated=j.qos == ALLOC_QOS,
+                          pending_from=j.submit_time, run_from=None, until=None)
+                for j, _gpus, _types, billing in self._priced]
+
+    @functools.cached_property
+    def waiting(self) -> list[WaitingJob]:
+        """:func:`waiting_jobs`."""
+        return self.waiting_where(lambda _job: True)
+
+    @functools.cached_property
+    def _in_order(self) -> list[_Priced]:
+        """:attr:`_priced` in Slurm's order (highest priority first, then submit time)."""
+        return sorted(self._priced, key=lambda r: (-(r[0].priority or 0), r[0].submit_time or 0,
+                                                   r[0].job_id))
+
+    def waiting_order(self) -> list[Job]:
+        """The jobs of :attr:`waiting`, in its order, none built as a ``WaitingJob``."""
+        return [row[0] for row in self._in_order]
+
+    def waiting_where(self, keep: Callable[[Job], bool]) -> list[WaitingJob]:
+        """Those of :attr:`waiting` whose job ``keep`` takes, in its order; only those
+        are built (the contracts ask for the alloc jobs of starving accounts alone, and
+        most cycles for none), each once, so that every read gives the same values."""
+        built = self._built
+        out = []
+        for order, row in enumerate(self._in_order):
+            if not keep(row[0]):
+                continue
+            got = built.get(order)
+            if got is None:
+                j, gpus, types, billing = row
+                got = built[order] = WaitingJob(
+                    job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, gpus=gpus,
+                    gpu_types=types, billing_gpus=billing, submit=j.submit_time or 0,
+                    reason=j.reason, order=order)
+            out.append(got)
+        return out
+
+    @functools.cached_property
+    def lane(self) -> tuple[list[LaneJob], list[LaneJob]]:
+        """:func:`lane_jobs`."""
+        fcfg, most = self._cfg.policy.fairshare, self._cfg.policy.fast_lane.max_job_gpus
+        pending: list[LaneJob] = []
+        running: list[LaneJob] = []
+        for rows, out in ((self._waiting_rows, pending), (self._running_rows, running)):
+            for j, gpus, protected in rows:
+                if j.qos != ALLOC_QOS or not 0 < gpus <= most:
+                    continue
+                if not is_short_work(None if protected is None else protected / 60,
+                                     j.time_limit_min, fcfg):
+                    continue
+                out.append(LaneJob(job_id=j.job_id, account=j.account, gpus=gpus,
+                                   submit=j.submit_time or 0, nice=j.nice))
+        return pending, running
+
+    @functools.cached_property
+    def running(self) -> list[RunningJob]:
+        """:func:`running_jobs`."""
+        cfg = self._cfg
+        weight_of: dict[str | None, float] = {}
+        out = []
+        for j, gpus, protected in self._running_rows:
+            if not j.start_time or gpus <= 0:
+                continue
+            names = expand(j.nodes)
+            gpu_type = job_gpu_type(cfg, j, names)
+            weight = weight_of.get(gpu_type)
+            if weight is None:
+                weight = weight_of[gpu_type] = _billing_weight(cfg, gpu_type, ())
+            out.append(RunningJob(
+                job_id=j.job_id, name=j.name, account=j.account, user=j.user, qos=j.qos,
+                gpus=gpus, gpu_type=gpu_type, billing_gpus=gpus * weight, nodes=names,
+                start=j.start_time, time_min_s=protected, requeue=j.requeue, batch=j.batch))
+        return out
 
 
 def fault_drains(entries: Iterable[AuditEntry]) -> list[FaultDrain]:
@@ -160,40 +406,6 @@ def run_refunds(cfg: Config, usage: Sequence[JobUsage],
                    cfg.policy.fairshare.refund_slack_s)
 
 
-def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
-    """Pending jobs as fair share sees them (only those that wait for GPUs: the others
-    are not ranked either); ``short`` from the recorded contract."""
-    return [PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
-                       nice=j.nice,
-                       short=is_short_job(None if (s := protected_s(j)) is None else s / 60,
-                                          j.time_limit_min, cfg))
-            for j in jobs if j.state == JobState.PENDING and waits_for_gpus(j.reason)]
-
-
-def lane_jobs(cfg: Config, jobs: Sequence[Job]) -> tuple[list[LaneJob], list[LaneJob]]:
-    """Short alloc work the fast lane counts, as (pending, running): pending jobs that
-    wait for GPUs (the ones :func:`pending_jobs` ranks) and running ones, each within
-    ``policy.fast_lane.max_job_gpus``."""
-    fcfg, most = cfg.policy.fairshare, cfg.policy.fast_lane.max_job_gpus
-    pending: list[LaneJob] = []
-    running: list[LaneJob] = []
-    for j in jobs:
-        if j.qos != ALLOC_QOS or not 0 < j.total_gpus <= most:
-            continue
-        if j.state == JobState.PENDING and not waits_for_gpus(j.reason):
-            continue
-        if j.state not in (JobState.PENDING, JobState.RUNNING):
-            continue
-        protected = protected_s(j)
-        if not is_short_work(None if protected is None else protected / 60,
-                             j.time_limit_min, fcfg):
-            continue
-        job = LaneJob(job_id=j.job_id, account=j.account, gpus=j.total_gpus,
-                      submit=j.submit_time or 0, nice=j.nice)
-        (pending if j.state == JobState.PENDING else running).append(job)
-    return pending, running
-
-
 def excluded_pending(cfg: Config, jobs: Sequence[Job]) -> list[ExcludedPending]:
     """Pending GPU jobs that are not demand, per association and Slurm reason code (what
     ``budget status`` shows apart from the pending GPUs it counts)."""
@@ -210,41 +422,10 @@ def excluded_pending(cfg: Config, jobs: Sequence[Job]) -> list[ExcludedPending]:
             for (a, u, code), (n, g, b) in sorted(acc.items())]
 
 
-def running_jobs(cfg: Config, jobs: Sequence[Job]) -> list[RunningJob]:
-    out = []
-    for j in jobs:
-        if j.state != JobState.RUNNING or not j.start_time or j.total_gpus <= 0:
-            continue
-        names = expand(j.nodes)
-        gpu_type = job_gpu_type(cfg, j, names)
-        out.append(RunningJob(
-            job_id=j.job_id, name=j.name, account=j.account, user=j.user, qos=j.qos,
-            gpus=j.total_gpus, gpu_type=gpu_type,
-            billing_gpus=job_billing_gpus(cfg, j, gpu_type), nodes=names,
-            start=j.start_time, time_min_s=protected_s(j), requeue=j.requeue, batch=j.batch))
-    return out
-
-
 def protected_s(job: Job) -> int | None:
     """The job's minimum-runtime contract in seconds: what admission recorded in
     AdminComment, else Slurm's TimeMin (jobs admitted before the record existed)."""
     return contract_min_runtime_s(job.admin_comment, job.time_min_min)
-
-
-def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
-    """Pending GPU jobs that wait for GPUs, in Slurm's order (highest priority first,
-    then submit time)."""
-    pending = [j for j in jobs if j.state == JobState.PENDING and j.total_gpus > 0
-               and waits_for_gpus(j.reason)]
-    pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or 0, j.job_id))
-    out = []
-    for order, j in enumerate(pending):
-        types = acceptable_types(cfg, j)
-        out.append(WaitingJob(
-            job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, gpus=j.total_gpus,
-            gpu_types=types, billing_gpus=job_billing_gpus(cfg, j, types=types),
-            submit=j.submit_time or 0, reason=j.reason, order=order))
-    return out
 
 
 def free_gpus(cfg: Config, nodes: Sequence[Node], running: Sequence[RunningJob]) -> dict[str, int]:
@@ -279,7 +460,17 @@ def _epoch(at: datetime) -> int:
 
 
 def gpu_samples(samples: Mapping[int, Sequence[UtilSample]]) -> dict[int, list[GpuSample]]:
-    return {job: [GpuSample(job_id=s.job_id, node=s.node, gpu=s.gpu_index, at=_epoch(s.sampled_at),
+    # the health check samples every GPU of a node at once: a heartbeat window of tens of
+    # thousands of samples has far fewer distinct times
+    epochs: dict[datetime, int] = {}
+
+    def epoch(at: datetime) -> int:
+        got = epochs.get(at)
+        if got is None:
+            got = epochs[at] = _epoch(at)
+        return got
+
+    return {job: [GpuSample(job_id=s.job_id, node=s.node, gpu=s.gpu_index, at=epoch(s.sampled_at),
                             util_pct=s.util_pct, mem_mb=s.mem_used_mb) for s in rows]
             for job, rows in samples.items()}
 
