@@ -130,6 +130,10 @@ class SimState:
     #: index of the jobs short enough to backfill before a reservation (``sched``)
     alloc_by_remaining: list[tuple[float, int]] = field(default_factory=list)
     by_remaining: list[tuple[float, int]] = field(default_factory=list)  # ... of every job
+    #: the pending QOS alloc jobs in key order (``pending``'s subset), kept only while no
+    #: policy cycle has re-keyed the queue (None from then on: rebuilding it would cost a
+    #: walk of the queue per cycle): the scheduler goes past free work by it
+    alloc_queue: list[Task] | None = field(default_factory=list)
     #: team -> its pending QOS alloc jobs, job id -> task (those the contracts may serve)
     alloc_of: dict[str, dict[int, Task]] = field(default_factory=dict)
     #: (account, user, nice, short) -> its pending jobs, job id -> task: the jobs to which
@@ -174,6 +178,8 @@ class SimState:
         if task.qos == ALLOC_QOS:
             self.pending_alloc += 1
             insort(self.alloc_by_remaining, (task.remaining, job_id))
+            if self.alloc_queue is not None:
+                insort(self.alloc_queue, task, key=task_key)
             self.alloc_of.setdefault(task.spec.team, {})[job_id] = task
         self.classes.setdefault(job_class(task), {})[job_id] = task
         self.fresh.append(task)
@@ -192,6 +198,9 @@ class SimState:
             self.pending_alloc -= 1
             index = self.alloc_by_remaining
             del index[bisect_left(index, (task.remaining, job_id))]
+            queue = self.alloc_queue
+            if queue is not None:  # its key has not changed since it joined
+                del queue[bisect_left(queue, task.key, key=task_key)]
             _drop(self.alloc_of, task.spec.team, job_id)
         _drop(self.classes, job_class(task), job_id)
         a = task.assoc

@@ -228,6 +228,7 @@ class Engine:
         out = self.policy.cycle(st, decide=decide)
         st.fresh.clear()
         if out.reordered:
+            st.alloc_queue = None  # its order is the old keys'
             if not out.sorted:
                 st.pending.sort(key=es.task_key)
             self.sched.changed()

@@ -20,7 +20,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from operator import attrgetter, itemgetter
+from operator import attrgetter, indexOf, itemgetter
 
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
@@ -32,6 +32,26 @@ _KEY: Callable[[Task], Key] = attrgetter("key")
 _ID: Callable[[tuple[float, int]], int] = itemgetter(1)
 _AT: Callable[[tuple[float, int]], float] = itemgetter(0)
 _ALLOC: Callable[[Task], Alloc] = attrgetter("alloc")
+_QOS: Callable[[Task], str] = attrgetter("qos")
+
+
+def _next_alloc(pending: list[Task], i: int, queue: list[Task] | None) -> int:
+    """The place of the first QOS alloc job at or after ``i`` (the end: none), during a
+    pass: by ``queue`` (``SimState.alloc_queue``) when it is kept, else a walk in C."""
+    if queue is not None:
+        if i >= len(pending):
+            return i
+        # the queue holds the pass's alloc jobs not started yet, and every job from
+        # ``i`` on is one of those or free: the first of them with a key from here on
+        k = bisect_left(queue, pending[i].key, key=_KEY)
+        if k == len(queue):
+            return len(pending)
+        return bisect_left(pending, queue[k].key, i, key=_KEY)
+    try:
+        return i + indexOf(map(_QOS, map(pending.__getitem__, range(i, len(pending)))),
+                           ALLOC_QOS)
+    except ValueError:
+        return len(pending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +73,28 @@ class _Jumps:
     it asks for a few of hundreds, and sorting them all, or bisecting the queue for each,
     was the dearest step of a pass under overload."""
 
-    __slots__ = ("by_id", "heap", "lo")
+    __slots__ = ("by_id", "heap", "lo", "queue")
 
     def __init__(self, heap: list[tuple[Key, int]] | None, by_id: dict[int, Task],
-                 lo: int) -> None:
+                 lo: int, queue: list[Task] | None) -> None:
         self.heap = heap  # (key, job id)
         self.by_id = by_id
         self.lo = lo  # where the pass was when they were found: none lies before it
+        # ``SimState.alloc_queue`` where ``stop`` takes only QOS alloc jobs and it is kept
+        self.queue = queue
 
     def next(self, i: int, pending: list[Task], stop: Callable[[Task], bool]) -> int:
         """The first place at or after ``i`` whose job ``stop`` accepts, else the end."""
         heap = self.heap
         if heap is None:
+            queue = self.queue
+            if queue is not None and i < len(pending):
+                # ``stop`` takes only alloc jobs: walk those alone (the same, in order)
+                k = bisect_left(queue, pending[i].key, key=_KEY)
+                for task in islice(queue, k, None):
+                    if stop(task):
+                        return bisect_left(pending, task.key, i, key=_KEY)
+                return len(pending)
             while i < len(pending) and not stop(pending[i]):
                 i += 1
             return i
@@ -155,9 +185,8 @@ class Scheduler:
                         # nothing changes while free jobs are passed over, so go straight
                         # to the next alloc job (there is one: ``alloc_left``). Under
                         # overload the queue's head is old free work, every pass.
-                        i += 1
-                        while i < count and pending[i].qos != ALLOC_QOS:
-                            i += 1
+                        # (thousands of free jobs may lie between)
+                        i = _next_alloc(pending, i + 1, st.alloc_queue)
                         if i >= count:
                             break
                         task = pending[i]
@@ -171,7 +200,8 @@ class Scheduler:
                     # would each be passed over (nothing changes meanwhile): skip them.
                     at = res.at
                     if short is None:
-                        short = self._short(st.alloc_by_remaining, i, at - now)
+                        short = self._short(st.alloc_by_remaining, i, at - now,
+                                            st.alloc_queue)
                     i = short.next(i, pending, lambda t: (  # called at once:
                         t.qos == ALLOC_QOS and now + t.remaining <= at  # noqa: B023
                         and t.spec.gpus < no_room.get(t.types, 1 << 30)))
@@ -185,7 +215,7 @@ class Scheduler:
                 # anyway may preempt): go to the next that does not.
                 at = res.at
                 if ending is None:
-                    ending = self._short(st.by_remaining, i, at - now)
+                    ending = self._short(st.by_remaining, i, at - now, None)
                 i = ending.next(i, pending, lambda t: now + t.remaining <= at)  # noqa: B023
                 if i >= count:
                     break
@@ -239,18 +269,19 @@ class Scheduler:
             self.settled = self.settled and cluster.free_total == 0
 
     def _short(self, index: list[tuple[float, int]], lo: int, span: float,
-               ) -> _Jumps:
+               queue: list[Task] | None) -> _Jumps:
         """The jobs of ``index`` (a sorted ``(remaining, job id)`` list) whose run time is
         at most ``span`` (with a margin for rounding: the caller tests exactly), in key
         order; or none (walk the queue) when they are a quarter or more of what is left to
-        walk from ``lo``. Jobs started in the pass have left the index."""
+        walk from ``lo``. Jobs started in the pass have left the index. ``queue``: where
+        the index holds only QOS alloc jobs, ``SimState.alloc_queue``, for a walk of them."""
         m = bisect_right(index, (span + 1e-6 + abs(span) * 1e-12, math.inf))
         if 4 * m >= len(self.st.pending) - lo:
-            return _Jumps(None, self.st.by_id, lo)
+            return _Jumps(None, self.st.by_id, lo, queue)
         ids = list(map(_ID, islice(index, m)))  # in C: there may be hundreds
         heap = list(zip(map(_KEY, map(self.st.by_id.__getitem__, ids)), ids, strict=True))
         heapq.heapify(heap)
-        return _Jumps(heap, self.st.by_id, lo)
+        return _Jumps(heap, self.st.by_id, lo, queue)
 
     def requeue_after_pass(self, task: Task) -> None:
         """A free job Slurm has just stopped goes back to the queue when the next pass
