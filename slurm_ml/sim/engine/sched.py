@@ -25,10 +25,8 @@ from operator import attrgetter, indexOf, itemgetter
 from slurm_ml.model import ALLOC_QOS
 from slurm_ml.sim.cluster import Alloc
 from slurm_ml.sim.engine.preempt import victims_for
-from slurm_ml.sim.state import PENDING, Key, SimState, Task
+from slurm_ml.sim.state import PENDING, Key, SimState, Task, task_key
 
-#: ``task_key`` in C: the pass sorts and bisects by it often enough for a call to count
-_KEY: Callable[[Task], Key] = attrgetter("key")
 _ID: Callable[[tuple[float, int]], int] = itemgetter(1)
 _AT: Callable[[tuple[float, int]], float] = itemgetter(0)
 _ALLOC: Callable[[Task], Alloc] = attrgetter("alloc")
@@ -43,10 +41,10 @@ def _next_alloc(pending: list[Task], i: int, queue: list[Task] | None) -> int:
             return i
         # the queue holds the pass's alloc jobs not started yet, and every job from
         # ``i`` on is one of those or free: the first of them with a key from here on
-        k = bisect_left(queue, pending[i].key, key=_KEY)
+        k = bisect_left(queue, pending[i].key, key=task_key)
         if k == len(queue):
             return len(pending)
-        return bisect_left(pending, queue[k].key, i, key=_KEY)
+        return bisect_left(pending, queue[k].key, i, key=task_key)
     try:
         return i + indexOf(map(_QOS, map(pending.__getitem__, range(i, len(pending)))),
                            ALLOC_QOS)
@@ -90,10 +88,10 @@ class _Jumps:
             queue = self.queue
             if queue is not None and i < len(pending):
                 # ``stop`` takes only alloc jobs: walk those alone (the same, in order)
-                k = bisect_left(queue, pending[i].key, key=_KEY)
+                k = bisect_left(queue, pending[i].key, key=task_key)
                 for task in islice(queue, k, None):
                     if stop(task):
-                        return bisect_left(pending, task.key, i, key=_KEY)
+                        return bisect_left(pending, task.key, i, key=task_key)
                 return len(pending)
             while i < len(pending) and not stop(pending[i]):
                 i += 1
@@ -103,7 +101,7 @@ class _Jumps:
             if stop(task):
                 # During a pass the queue is in key order and keeps every job until the
                 # pass ends, so a job's place is where its key bisects (keys are unique).
-                j = bisect_left(pending, task.key, self.lo, key=_KEY)
+                j = bisect_left(pending, task.key, self.lo, key=task_key)
                 if i <= j < len(pending) and pending[j] is task:
                     return j
         return len(pending)
@@ -279,7 +277,7 @@ class Scheduler:
         if 4 * m >= len(self.st.pending) - lo:
             return _Jumps(None, self.st.by_id, lo, queue)
         ids = list(map(_ID, islice(index, m)))  # in C: there may be hundreds
-        heap = list(zip(map(_KEY, map(self.st.by_id.__getitem__, ids)), ids, strict=True))
+        heap = list(zip(map(task_key, map(self.st.by_id.__getitem__, ids)), ids, strict=True))
         heapq.heapify(heap)
         return _Jumps(heap, self.st.by_id, lo, queue)
 
