@@ -34,7 +34,7 @@ from slurm_ml.policy.contracts import (
     PreemptionLedger,
     Requeue,
 )
-from slurm_ml.policy.fairshare import FairShare, lane
+from slurm_ml.policy.fairshare import FairShare, PendingJob, lane
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.policy.placement import NodeMap
 from slurm_ml.sim import state as es
@@ -180,8 +180,8 @@ class Budget(Policy):
         self._laned: set[int] = set()  # the last cycle's lane members
         #: the running jobs, and the lane work among them, as of ``running_changes``
         self._running: tuple[int, list[RunningJob], list[lane.LaneJob]] = (-1, [], [])
-        #: the last cycle with nothing waiting: ``running_changes`` then, and its lane
-        self._idle: tuple[int, dict[str, int]] | None = None
+        #: the last cycle with nothing waiting: ``running_changes`` then, and its decision
+        self._idle: tuple[int, reconcile.CycleDecision] | None = None
 
     def lane_job(self, st: SimState, task: Task) -> lane.LaneJob | None:
         """The task as fast-lane work (a short alloc job within max_job_gpus), or None;
@@ -238,8 +238,7 @@ class Budget(Policy):
             # since: the cycle's input is that one's but for the clock, which a cycle
             # with nothing waiting does not read (``reconcile``: no fair share, no job to
             # price, starve or lane), so its decision is that one's.
-            self.lane_held = dict(self._idle[1])
-            self.account_band = {}
+            self._priced(st, self._idle[1], {}, {})
             return CycleOutcome(sorted=True)
         # One job per class: site_factors gives every job of a class its value, ranking
         # the same associations (every class of every pending association is there).
@@ -249,17 +248,7 @@ class Budget(Policy):
         by_class: dict[tuple[str, str, int, bool], int] = {}
 
         def priced(decision: reconcile.CycleDecision) -> None:
-            """Slurm takes the SiteFactors at once in the simulation: the queue is
-            re-keyed before the cycle reads it for starved jobs."""
-            by_class.update((cls, decision.site_factors[rep.job_id])
-                            for cls, rep in reps.items())
-            self.lane_held = dict(decision.lane.held)
-            if self._rekey(st, by_class, decision.lane_factors):  # else still in key order
-                st.pending.sort(key=es.task_key)
-            # no fair share: nothing waited, so no account was ranked (``reconcile``)
-            standings = decision.fair.standings if decision.fair is not None else ()
-            self.account_band = {s.account: s.site_factor for s in standings
-                                 if s.kind == "project" and s.site_factor is not None}
+            self._priced(st, decision, reps, by_class)
 
         out = reconcile.reconcile(cfg, reconcile.CycleInput(
             now=now, footprints=st.ledger, pending_assocs=st.pending_assocs.keys(),
@@ -268,7 +257,7 @@ class Budget(Policy):
             room=SimRoom(st, running), total_gpus=st.cluster.total,
             capacity=st.capacity), requeue=self.contract, priced=priced,
             fair_when_idle=decide)
-        self._idle = (st.running_changes, dict(out.lane.held)) if idle else None
+        self._idle = (st.running_changes, out) if idle else None
         laned = out.lane_factors
         if not self.contract:
             return CycleOutcome(fair=out.fair, sorted=True)
@@ -284,6 +273,23 @@ class Budget(Policy):
                                            free_gpus=es.free_gpus(st),
                                            requeues=tuple(requeues))
         return CycleOutcome(fair=out.fair, requeues=requeues, decision=decision, sorted=True)
+
+    def _priced(self, st: SimState, decision: reconcile.CycleDecision,
+                reps: dict[tuple[str, str, int, bool], PendingJob],
+                by_class: dict[tuple[str, str, int, bool], int]) -> None:
+        """Slurm takes the SiteFactors at once in the simulation: the queue is re-keyed
+        before the cycle reads it for starved jobs, and a job queued before the next
+        cycle gets its account's band and the lane's room from this one (``key``).
+        ``reps``: the job the cycle priced for each class; ``by_class`` receives each
+        class's value."""
+        by_class.update((cls, decision.site_factors[rep.job_id]) for cls, rep in reps.items())
+        self.lane_held = dict(decision.lane.held)
+        if self._rekey(st, by_class, decision.lane_factors):  # else still in key order
+            st.pending.sort(key=es.task_key)
+        # no fair share: nothing waited, so no account was ranked (``reconcile``)
+        standings = decision.fair.standings if decision.fair is not None else ()
+        self.account_band = {s.account: s.site_factor for s in standings
+                             if s.kind == "project" and s.site_factor is not None}
 
     def _rekey(self, st: SimState, by_class: dict[tuple[str, str, int, bool], int],
                laned: dict[int, int]) -> bool:
