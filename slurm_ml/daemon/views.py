@@ -147,18 +147,22 @@ def usage_footprints(cfg: Config, usage: Sequence[JobUsage],
 def pending_jobs(jobs: Sequence[Job], cfg: FairshareConfig) -> list[PendingJob]:
     """Pending jobs as fair share sees them (only those that wait for GPUs: the others
     are not ranked either); ``short`` from the recorded contract."""
-    return [_pending_job(j, _is_short(protected_s(j), j.time_limit_min, cfg))
-            for j in jobs if j.state == JobState.PENDING and waits_for_gpus(j.reason)]
+    return _pending_of(_waiting_rows(jobs, _Contracts()), cfg)
 
 
-def _is_short(protected: int | None, time_limit_min: int | None,
-              cfg: FairshareConfig) -> bool:
-    return is_short_job(None if protected is None else protected / 60, time_limit_min, cfg)
-
-
-def _pending_job(j: Job, short: bool) -> PendingJob:
-    return PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos, nice=j.nice,
-                      short=short)
+def _pending_of(rows: Iterable[_Row], cfg: FairshareConfig) -> list[PendingJob]:
+    """:func:`pending_jobs` of the rows :func:`_waiting_rows` gives."""
+    shorts: dict[tuple[int | None, int | None], bool] = {}  # few distinct contracts
+    out = []
+    for j, _gpus, protected in rows:
+        key = (protected, j.time_limit_min)
+        short = shorts.get(key)
+        if short is None:
+            short = shorts[key] = is_short_job(
+                None if protected is None else protected / 60, j.time_limit_min, cfg)
+        out.append(PendingJob(job_id=j.job_id, account=j.account, user=j.user, qos=j.qos,
+                              nice=j.nice, short=short))
+    return out
 
 
 def lane_jobs(cfg: Config, jobs: Sequence[Job]) -> tuple[list[LaneJob], list[LaneJob]]:
@@ -180,6 +184,36 @@ def waiting_jobs(cfg: Config, jobs: Sequence[Job]) -> list[WaitingJob]:
 
 #: A job with its GPUs (``Job.total_gpus``) and contract (:func:`protected_s`).
 _Row = tuple[Job, int, int | None]
+
+
+class _Contracts:
+    """:func:`protected_s`, read once per distinct record: admission writes the same few
+    records on most jobs, and each read parses JSON."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int | None], int | None] = {}
+
+    def __call__(self, j: Job) -> int | None:
+        key = (j.admin_comment, j.time_min_min)
+        if key in self._seen:
+            return self._seen[key]
+        got = self._seen[key] = protected_s(j)
+        return got
+
+
+def _waiting_rows(jobs: Iterable[Job], contract: _Contracts) -> list[_Row]:
+    """The pending jobs that wait for GPUs (any number of them), in the jobs' order."""
+    waits: dict[str, bool] = {}  # a queue of 50,000 jobs has a handful of reasons
+    out: list[_Row] = []
+    for j in jobs:
+        if j.state != JobState.PENDING:
+            continue
+        wait = waits.get(j.reason)
+        if wait is None:
+            wait = waits[j.reason] = waits_for_gpus(j.reason)
+        if wait:
+            out.append((j, j.total_gpus, contract(j)))
+    return out
 #: A pending job that waits for GPUs and asks for some: its acceptable types and billing.
 _Priced = tuple[Job, int, frozenset[str], float]
 
@@ -198,38 +232,18 @@ class CycleJobs:
     def __init__(self, cfg: Config, jobs: Sequence[Job]) -> None:
         self._cfg = cfg
         self._jobs = jobs
-        self._contracts: dict[tuple[str, int | None], int | None] = {}
+        self._contract = _Contracts()
         self._built: dict[int, WaitingJob] = {}  # by order
 
     @functools.cached_property
     def _waiting_rows(self) -> list[_Row]:
-        """The pending jobs that wait for GPUs (any number of them), in the jobs' order."""
-        waits: dict[str, bool] = {}  # a queue of 50,000 jobs has a handful of reasons
-        out: list[_Row] = []
-        for j in self._jobs:
-            if j.state != JobState.PENDING:
-                continue
-            wait = waits.get(j.reason)
-            if wait is None:
-                wait = waits[j.reason] = waits_for_gpus(j.reason)
-            if wait:
-                out.append((j, j.total_gpus, self._protected(j)))
-        return out
+        return _waiting_rows(self._jobs, self._contract)
 
     @functools.cached_property
     def _running_rows(self) -> list[_Row]:
         """The running jobs, in the jobs' order."""
-        return [(j, j.total_gpus, self._protected(j))
+        return [(j, j.total_gpus, self._contract(j))
                 for j in self._jobs if j.state == JobState.RUNNING]
-
-    def _protected(self, j: Job) -> int | None:
-        """:func:`protected_s`, read once per distinct record: admission writes the same
-        few records on most jobs, and each read parses JSON."""
-        key = (j.admin_comment, j.time_min_min)
-        if key in self._contracts:
-            return self._contracts[key]
-        got = self._contracts[key] = protected_s(j)
-        return got
 
     @functools.cached_property
     def _priced(self) -> list[_Priced]:
@@ -260,16 +274,7 @@ class CycleJobs:
     @functools.cached_property
     def pending(self) -> list[PendingJob]:
         """:func:`pending_jobs`."""
-        fcfg = self._cfg.policy.fairshare
-        shorts: dict[tuple[int | None, int | None], bool] = {}  # few distinct contracts
-        out = []
-        for j, _gpus, protected in self._waiting_rows:
-            key = (protected, j.time_limit_min)
-            short = shorts.get(key)
-            if short is None:
-                short = shorts[key] = _is_short(protected, j.time_limit_min, fcfg)
-            out.append(_pending_job(j, short))
-        return out
+        return _pending_of(self._waiting_rows, self._cfg.policy.fairshare)
 
     def footprints(self, usage: Sequence[JobUsage],
                    refunded: Collection[tuple[int, int]] = ()) -> list[Footprint]:
@@ -402,7 +407,7 @@ def run_refunds(cfg: Config, usage: Sequence[JobUsage],
     if not drains:
         return []
     return refunds([u for u in usage if u.qos == ALLOC_QOS], drains,
-                   lambda u: expand(u.nodes), lambda u: usage_billing_gpus(cfg, u),
+                   lambda u: expand(u.nodes), _UsageBilling(cfg),
                    cfg.policy.fairshare.refund_slack_s)
 
 
