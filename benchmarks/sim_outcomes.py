@@ -43,7 +43,6 @@ import argparse
 import functools
 import hashlib
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from slurm_ml.sim.metrics import relative_wait
 from slurm_ml.sim.sweep import json_safe, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,11 +99,7 @@ def run_one(scenario_path: str, policy: str, seed: int, config_path: str,
             overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """Simulate one policy on one scenario and seed (with ``overrides``: see
     ``_prepared``); its measures (JSON-ready)."""
-    from slurm_ml.sim.metrics import (
-        large_job_p90_wait,
-        preemption_loss_fraction,
-        targets,
-    )
+    from slurm_ml.sim.metrics import targets
     from slurm_ml.sim.prepare import run_policy, summaries
     from slurm_ml.sim.workload import DEBUG
 
@@ -124,10 +120,9 @@ def run_one(scenario_path: str, policy: str, seed: int, config_path: str,
         "worst_ratio": worst.value,
         "worst_team": low.team if low is not None else None,
         "median_ratio": checks["median team ratio"].value,
-        "large_p90_s": large_job_p90_wait(result, window),
-        "large_jobs": sum(1 for j in result.jobs
-                          if j.gpus >= 16 and window[0] <= j.submit_s <= window[1]),
-        "loss_frac": preemption_loss_fraction(result),
+        "large_p90_s": s.large_p90_s,
+        "large_jobs": s.large_jobs,
+        "loss_frac": s.loss_frac,
         "debug_jobs": debug.jobs if debug is not None else 0,
         "debug_never_started": debug.never_started if debug is not None else 0,
         "enough_demand_teams": needy,
@@ -305,9 +300,7 @@ def aggregate(records: Sequence[dict[str, Any]], scenarios: Sequence[str],
                 mine = measured.get("large_p90_s")
                 m = dict(measured)
                 runs[s] = m
-                m["large_vs_fifo"] = (None if mine is None or fifo is None
-                                      else mine / fifo if fifo > 0
-                                      else 1.0 if mine == 0 else math.inf)
+                m["large_vs_fifo"] = relative_wait(mine, fifo)
             keys = ("debug_p90_s", "occupancy", "worst_ratio", "median_ratio",
                     "large_p90_s", "large_vs_fifo", "loss_frac", "offered_load",
                     "debug_jobs", "large_jobs", "jobs", "preemptions", "wall_s")

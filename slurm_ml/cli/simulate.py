@@ -94,7 +94,7 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
     import dataclasses
 
     from slurm_ml.config import ConfigError
-    from slurm_ml.sim.metrics import compare, targets
+    from slurm_ml.sim.metrics import baseline_of, compare, targets
     from slurm_ml.sim.prepare import prepare, run_policy, scenario_info, summaries
     from slurm_ml.sim.report import check_report_deps
     from slurm_ml.sim.scenario_file import DebugMix, Scenario, load_scenario
@@ -166,7 +166,8 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
         click.echo(f"report: NOT written: {', '.join(unwritten)} (the errors above say "
                    f"why); the results follow" if unwritten else f"report: {page}", err=True)
     data = {"scenario": info,
-            "policies": [{**s.as_dict(), "targets": [t.as_dict() for t in targets(s)]}
+            "policies": [{**s.as_dict(),
+                          "targets": [t.as_dict() for t in targets(s, baseline_of(judged))]}
                          for s in judged]}
     emit(data, as_json, compare(judged))
     if unwritten:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from slurm_ml.sim import metrics
-from slurm_ml.sim.metrics import Summary, comparison_rows, targets
+from slurm_ml.sim.metrics import Summary, baseline_of, comparison_rows, targets
 from slurm_ml.sim.report_charts import CHARTS  # matplotlib itself loads only when drawing
 from slurm_ml.sim.result import SimResult
 
@@ -109,11 +109,11 @@ def _jsonable(x: object) -> Any:
     return str(x)
 
 
-def _policy_data(r: SimResult, s: Summary) -> dict[str, Any]:
+def _policy_data(r: SimResult, s: Summary, baseline: Summary | None) -> dict[str, Any]:
     out: dict[str, Any] = {"policy": s.policy, "wall_s": r.wall_s}
     try:
         out["summary"] = _jsonable(s.as_dict())
-        out["targets"] = _jsonable([c.as_dict() for c in targets(s)])
+        out["targets"] = _jsonable([c.as_dict() for c in targets(s, baseline)])
     except Exception as exc:  # keep the other policies and the page
         out["error"] = _failure(f"the summary of {s.policy}", exc)
     return out
@@ -133,7 +133,8 @@ def report_data(
     return {
         "title": title,
         "scenario": _jsonable(scenario),
-        "policies": [_policy_data(r, s) for r, s in zip(results, summaries, strict=True)],
+        "policies": [_policy_data(r, s, baseline_of(summaries))
+                     for r, s in zip(results, summaries, strict=True)],
         "charts": [name for name, _, _ in CHARTS if name not in failed],
         "chart_failures": [{"chart": name, **f} for name, f in failed.items()],
     }
@@ -197,8 +198,9 @@ def _scenario_table(scenario: Mapping[str, object]) -> str:
 
 def _targets_table(summaries: Sequence[Summary]) -> str:
     rows, classes = [], []
+    base = baseline_of(summaries)
     for s in summaries:
-        for c in targets(s):
+        for c in targets(s, base):
             rows.append(
                 [
                     s.policy,

@@ -143,7 +143,7 @@ def test_a_chart_that_raises_leaves_the_others_and_the_page(
 def test_a_section_that_raises_becomes_a_note(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def targets(s: Summary) -> list[Any]:
+    def targets(s: Summary, baseline: Summary | None = None) -> list[Any]:
         raise KeyError("a measure renamed under us")
 
     monkeypatch.setattr(report, "targets", targets)
