@@ -265,16 +265,23 @@ def _hours(lo: float, hi: float, a: float, b: float, hour_s: float
         hour += 1
 
 
-def ai2_measures(result: SimResult, window: tuple[float, float], *,
-                 offered: Mapping[str, float] | None = None, hour_s: float = 3600.0
-                 ) -> dict[str, Ai2Team]:
-    """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour,
-    exactly from the job records (each job's submission, runs and end), not the samples.
+@dataclass(frozen=True, slots=True)
+class _Ai2Hours:
+    """Ai2's hour-by-hour quantities over a window, the one computation behind both the
+    judged totals (``ai2_measures``) and the report's series (``ai2_series``)."""
 
-    ``offered`` (team -> offered allocated GPU-hours in ``window``) decides *enough
-    demand*; without it no team has enough demand, rather than judging by the policy's
-    outcome. Unallocated jobs are neither demand nor delivered.
-    """
+    entitled: Mapping[str, float]
+    owed_h: Mapping[str, Mapping[int, float]]  # team -> hour -> min(entitled, demand)
+    busy_h: Mapping[tuple[str, int], float]
+    demand: Mapping[str, float]
+    delivered: Mapping[str, float]
+
+    def toward(self, team: str, hour: int) -> float:
+        """GPU-hours delivered toward what was owed in that hour (capped at it)."""
+        return min(self.busy_h.get((team, hour), 0.0), self.owed_h[team][hour])
+
+
+def _ai2_hours(result: SimResult, window: tuple[float, float], hour_s: float) -> _Ai2Hours:
     a, b = window
     share = shares(result)
     entitled: dict[str, float] = {}
@@ -298,21 +305,57 @@ def ai2_measures(result: SimResult, window: tuple[float, float], *,
                 busy_h[job.team, hour] = busy_h.get((job.team, hour), 0.0) + held * part
                 delivered[job.team] = delivered.get(job.team, 0.0) + held * part
     names = set(share) | {t for t, _ in demand}
-    out: dict[str, Ai2Team] = {}
+    owed_h: dict[str, dict[int, float]] = {}
+    asked: dict[str, float] = {}
     for team in sorted(names):
         hours = {h for (t, h) in demand if t == team} | {h for (t, h) in entitled_h if t == team}
-        owed_h = {h: min(entitled_h.get((team, h), 0.0), demand.get((team, h), 0.0))
-                  for h in hours}
-        owed = sum(owed_h.values())
-        toward = sum(min(busy_h.get((team, h), 0.0), o) for h, o in owed_h.items())
+        owed_h[team] = {h: min(entitled_h.get((team, h), 0.0), demand.get((team, h), 0.0))
+                        for h in hours}
+        asked[team] = sum(v for (t, _), v in demand.items() if t == team)
+    return _Ai2Hours(entitled=entitled, owed_h=owed_h, busy_h=busy_h, demand=asked,
+                     delivered=delivered)
+
+
+def ai2_measures(result: SimResult, window: tuple[float, float], *,
+                 offered: Mapping[str, float] | None = None, hour_s: float = 3600.0
+                 ) -> dict[str, Ai2Team]:
+    """Ai2's delivered/owed per team over ``window`` (the judged one), hour by hour,
+    exactly from the job records (each job's submission, runs and end), not the samples.
+
+    ``offered`` (team -> offered allocated GPU-hours in ``window``) decides *enough
+    demand*; without it no team has enough demand, rather than judging by the policy's
+    outcome. Unallocated jobs are neither demand nor delivered.
+    """
+    got = _ai2_hours(result, window, hour_s)
+    out: dict[str, Ai2Team] = {}
+    for team, owed_h in got.owed_h.items():
         mine = None if offered is None else offered.get(team, 0.0)
-        ent = entitled.get(team, 0.0)
+        ent = got.entitled.get(team, 0.0)
         out[team] = Ai2Team(
-            team=team, entitled_gpu_h=ent,
-            demand_gpu_h=sum(v for (t, _), v in demand.items() if t == team),
-            owed_gpu_h=owed, delivered_gpu_h=delivered.get(team, 0.0), offered_gpu_h=mine,
-            delivered_owed_gpu_h=toward,
+            team=team, entitled_gpu_h=ent, demand_gpu_h=got.demand[team],
+            owed_gpu_h=sum(owed_h.values()), delivered_gpu_h=got.delivered.get(team, 0.0),
+            offered_gpu_h=mine,
+            delivered_owed_gpu_h=sum(got.toward(team, h) for h in owed_h),
             enough_demand=mine is not None and ent > 0 and mine >= ent - _EPS)
+    return out
+
+
+def ai2_series(result: SimResult, window: tuple[float, float], *, hour_s: float = 3600.0
+               ) -> dict[str, list[tuple[float, float, float]]]:
+    """Per team, at the end of each hour of ``window``: (time, owed so far, delivered
+    toward owed so far) in GPU-hours. The last point's ratio is the judged one, so a chart
+    of it ends where the target table does."""
+    got = _ai2_hours(result, window, hour_s)
+    a, b = window
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for team, owed_h in got.owed_h.items():
+        owed = toward = 0.0
+        points = []
+        for hour in sorted(owed_h):
+            owed += owed_h[hour]
+            toward += got.toward(team, hour)
+            points.append((min(b, a + (hour + 1) * hour_s), owed, toward))
+        out[team] = points
     return out
 
 
@@ -354,6 +397,10 @@ class Summary:
     large_jobs: int = 0
     #: whole run: ``preemption_loss_fraction``
     loss_frac: float | None = None
+    #: after the warm-up: GPU-hours free while some job waited (what fragmentation and
+    #: reservations cost), and their share of the capacity then
+    idle_waiting_gpu_h: float | None = None
+    idle_waiting_frac: float | None = None
 
     def team(self, name: str) -> TeamSummary:
         for t in self.teams:
@@ -384,6 +431,8 @@ class Summary:
             "fault_lost_gpu_h": self.fault_lost_gpu_h,
             "large_p90_s": self.large_p90_s, "large_jobs": self.large_jobs,
             "loss_frac": self.loss_frac,
+            "idle_waiting_gpu_h": self.idle_waiting_gpu_h,
+            "idle_waiting_frac": self.idle_waiting_frac,
             "ai2": {k: v.as_dict() for k, v in sorted(self.ai2.items())},
             "definitions": DEFINITIONS,
         }
@@ -517,6 +566,16 @@ def _team_summary(team: str, result: SimResult, *, jobs: Sequence[JobOutcome],
         slowdown_p50=percentile(slow, 50), slowdown_p90=percentile(slow, 90))
 
 
+def _idle_while_waiting(spans: Sequence[tuple[CycleSample, float]], gpus: int
+                        ) -> dict[str, float | None]:
+    """GPU-hours free while at least one job waited, and that over the capacity then."""
+    if not spans or gpus < 1:
+        return {"idle_waiting_gpu_h": None, "idle_waiting_frac": None}
+    idle = sum(s.free_gpus * d for s, d in spans if any(s.pending_gpus.values()))
+    return {"idle_waiting_gpu_h": idle / 3600.0,
+            "idle_waiting_frac": idle / (gpus * sum(d for _, d in spans))}
+
+
 def _occupancy(spans: Sequence[tuple[CycleSample, float]], gpus: int) -> float | None:
     """Busy GPU time over ``gpus`` x the time ``spans`` cover (None: nothing sampled)."""
     sampled = sum(d for _, d in spans)
@@ -595,7 +654,8 @@ def summarize(result: SimResult, *, window: tuple[float, float] | None = None,
         large_p90_s=large_job_p90_wait(result, judged),
         large_jobs=sum(1 for j in result.jobs
                        if j.gpus >= LARGE_JOB_GPUS and judged[0] <= j.submit_s <= judged[1]),
-        loss_frac=preemption_loss_fraction(result))
+        loss_frac=preemption_loss_fraction(result),
+        **_idle_while_waiting(warm_spans, result.cluster_gpus))
 
 
 _UNITS = {"min ratio (enough demand)": "pct", "median team ratio": "pct",
@@ -743,6 +803,42 @@ def _occupancy_check(summary: Summary, occupancy: float | None,
     return _check("occupancy", occupancy, ">=", 0.95, what)
 
 
+@dataclass(frozen=True, slots=True)
+class FlaggedTeam:
+    """A team the fairness targets leave out (not enough demand) that still got less than
+    95% of what it was owed: a reader should know it was not judged, and why."""
+
+    team: str
+    ratio: float
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"team": self.team, "ratio": self.ratio, "why": self.why}
+
+
+def flagged_teams(summary: Summary) -> list[FlaggedTeam]:
+    """Teams outside the judged set below 95% of owed, worst first."""
+    out: list[FlaggedTeam] = []
+    if summary.offered_load is not None:
+        for t in summary.ai2.values():
+            if t.enough_demand or t.ratio is None or t.ratio >= 0.95 - _EPS:
+                continue
+            offered = t.offered_gpu_h or 0.0
+            out.append(FlaggedTeam(t.team, t.ratio, (
+                f"not judged: its jobs asked for {offered:,.0f} GPU-hours in the judged "
+                f"window, under the {t.entitled_gpu_h:,.0f} its share entitles it to")))
+    else:
+        for ts in summary.teams:
+            r = ts.judged_ratio
+            if ts.enough_demand or r is None or r >= 0.95 - _EPS:
+                continue
+            busy = "-" if ts.demand_frac is None else f"{ts.demand_frac * 100:.0f}%"
+            out.append(FlaggedTeam(ts.team, r, (
+                f"not judged: busy and pending GPUs reached its share for {busy} of the "
+                "time, not more than half")))
+    return sorted(out, key=lambda f: (f.ratio, f.team))
+
+
 def _relative_checks(summary: Summary, baseline: Summary | None) -> list[TargetCheck]:
     """The large-job and loss targets (after the four absolute ones)."""
     name = "large-job p90 wait vs fifo"
@@ -784,15 +880,19 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
         [sum(t.enough_demand for t in (s.ai2.values() if s.offered_load is not None
                                        else s.teams)) for s in summaries], "n")
     row("offered load (judged window)", [s.offered_load for s in summaries], "x")
-    row("occupancy", [s.occupancy for s in summaries], "pct")
-    row("occupancy after warm-up", [s.steady_occupancy for s in summaries], "pct")
+    # one occupancy, the judged one: the whole window's (warm-up included) stays in JSON
+    row("occupancy after warm-up (judged)", [judged_occupancy(s) for s in summaries], "pct")
     pools = list(dict.fromkeys(t for s in summaries for t in s.type_occupancy))
     if len(pools) > 1:
         for pool in pools:
             row(f"  {pool} occupancy after warm-up",
                 [s.type_occupancy.get(pool) for s in summaries], "pct")
-    row("utilisation (= occupancy)", [s.utilisation for s in summaries], "pct")
+    row("GPUs idle while jobs waited (share of capacity)",
+        [s.idle_waiting_frac for s in summaries], "pct")
+    row("  as GPU-hours", [s.idle_waiting_gpu_h for s in summaries], "n")
     row("fragmentation index", [s.fragmentation for s in summaries], "pct")
+    row("teams not judged and below 95% (flagged)",
+        [len(flagged_teams(s)) for s in summaries], "n")
     row("preemptions", [s.preemptions for s in summaries], "n")
     row("  of which Slurm's (alloc over free)", [s.qos_preemptions for s in summaries], "n")
     row("requeues", [s.requeues for s in summaries], "n")
