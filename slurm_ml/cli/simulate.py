@@ -36,6 +36,11 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
                    "then slurm_ml/share/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False), default=None,
               help="A what-if as one YAML file (docs/simulator.md); flags override it.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Set one scenario key, as if written in the --scenario file (checked by "
+                   "the same rules), e.g. --set engine.cycle_s=60 or --set "
+                   "policy.fast_lane.preempt_cap_fraction=0.02; VALUE is YAML. Repeatable; "
+                   "works without --scenario too.")
 @click.option("--trace", "spec", default=None,
               help="KIND[:PATH][?KEY=VALUE]: philly, chronus, gavel, tiresias, "
                    "pollux?duration_s=N (default: the traces shipped in slurm_ml/data/).")
@@ -53,10 +58,11 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
               help="Pick --scale so that the offered load (GPU-hours requested inside the "
                    "judged window / capacity) is this, e.g. 2.5.")
 @click.option("--debug-rate", type=float, default=None,
-              help="Inject debug jobs (1 GPU, 10 min, 15-min protection) per team per hour.")
+              help="Inject this many debug jobs per team per hour (10 min, 15-min "
+                   "protection; 1 GPU unless the scenario's debug.gpus draws other sizes).")
 @click.option("--unallocated", type=float, default=None,
               help="Fraction of the trace's jobs submitted as unallocated work (QOS free, "
-                   "preempted by Slurm for alloc jobs); Ai2 saw 18%% of GPU time.")
+                   "preempted by Slurm for alloc jobs); Ai2 saw 18% of GPU time.")
 @click.option("--cycle-s", type=float, default=None,
               help="Policy cycle in simulated seconds (default: the engine's).")
 @click.option("--partition-by-team", is_flag=True,
@@ -68,7 +74,7 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
 @click.pass_context
 def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str | None,
-            spec: str | None,
+            overrides: tuple[str, ...], spec: str | None,
             policies: tuple[str, ...], start_hours: float | None,
             hours: float | None, gpus: int | None, scale: float | None, demand: float | None,
             debug_rate: float | None, unallocated: float | None, cycle_s: float | None,
@@ -97,7 +103,13 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
     from slurm_ml.sim.metrics import baseline_of, compare, targets
     from slurm_ml.sim.prepare import prepare, run_policy, scenario_info, summaries
     from slurm_ml.sim.report import check_report_deps
-    from slurm_ml.sim.scenario_file import DebugMix, Scenario, load_scenario
+    from slurm_ml.sim.scenario_file import (
+        DebugMix,
+        Scenario,
+        load_scenario,
+        parse_override,
+        parse_scenario,
+    )
     from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE
 
     base_path = assets.config_path(config_path)
@@ -108,7 +120,11 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
     if scale is not None and demand is not None:
         fail("give --scale or --load, not both", EXIT_BAD_INPUT)
     try:
-        sc = load_scenario(scenario_path) if scenario_path else Scenario()
+        sets = tuple(parse_override(text) for text in overrides)
+        if scenario_path:
+            sc = load_scenario(scenario_path, sets)
+        else:  # an empty scenario file, so --set is checked by the file's rules
+            sc = parse_scenario("{}\n", "--set", sets) if sets else Scenario()
     except ValueError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     if scale is not None or demand is not None:  # a flag overrides either file knob
@@ -162,7 +178,7 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
 
         page = write_report(Path(report_dir), results, judged,
                             title=f"slurm-ml sim: {prep.scenario.trace}", scenario=info,
-                            unwritten=unwritten)
+                            unwritten=unwritten, clock=prep.clock)
         click.echo(f"report: NOT written: {', '.join(unwritten)} (the errors above say "
                    f"why); the results follow" if unwritten else f"report: {page}", err=True)
     data = {"scenario": info,

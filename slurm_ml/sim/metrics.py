@@ -714,6 +714,11 @@ def _check(name: str, value: float | None, op: str, threshold: float, what: str,
                        f"{op} {bound or _fmt(threshold, unit)})")
 
 
+def shown_value(check: TargetCheck) -> str:
+    """A target's measured value in its unit (percent, a duration, a ratio)."""
+    return _fmt(check.value, _UNITS[check.name])
+
+
 def relative_wait(mine: float | None, base: float | None) -> float | None:
     """``mine`` over ``base``, where no wait at all is as good as any other no wait: 1.0
     when both are 0, infinity when only the baseline's is 0, None when either is unknown."""
@@ -814,6 +819,14 @@ class FlaggedTeam:
 
     def as_dict(self) -> dict[str, Any]:
         return {"team": self.team, "ratio": self.ratio, "why": self.why}
+
+
+def judged_teams(summary: Summary) -> set[str]:
+    """The teams the fairness targets judge: enough demand, by Ai2's offered-load rule
+    where the workload was given, else by the sampled demand."""
+    if summary.offered_load is not None:
+        return {t.team for t in summary.ai2.values() if t.enough_demand}
+    return {t.team for t in summary.teams if t.enough_demand}
 
 
 def flagged_teams(summary: Summary) -> list[FlaggedTeam]:

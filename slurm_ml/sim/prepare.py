@@ -19,6 +19,7 @@ from slurm_ml.model import expand_hosts
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import SimSettings, simulate
 from slurm_ml.sim.metrics import Summary, summarize
+from slurm_ml.sim.report_charts import TraceClock
 from slurm_ml.sim.result import SimResult
 from slurm_ml.sim.scenario_file import DebugMix, Faults, Scenario, ScenarioError
 from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace
@@ -52,6 +53,12 @@ class Prepared:
     demand_ratio: float | None
     #: the requests drawn and what admission did (``sim.admit``); empty when not asked
     admission: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def clock(self) -> TraceClock:
+        """The trace's dates and arrival compression, for the report's time axes."""
+        first = self.trace.jobs[0].submit_s if self.trace.jobs else 0.0
+        return TraceClock(epoch_s=self.trace.epoch_s, first_s=first, scale=self.scale)
 
     @property
     def policies(self) -> tuple[str, ...]:

@@ -25,8 +25,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from slurm_ml.sim import metrics
-from slurm_ml.sim.metrics import Summary, baseline_of, comparison_rows, targets
-from slurm_ml.sim.report_charts import CHARTS  # matplotlib itself loads only when drawing
+from slurm_ml.sim.metrics import (
+    TARGET_RULES,
+    Summary,
+    baseline_of,
+    comparison_rows,
+    flagged_teams,
+    human_duration,
+    shown_value,
+    targets,
+)
+from slurm_ml.sim.report_charts import CHARTS, TraceClock  # matplotlib loads only to draw
 from slurm_ml.sim.result import SimResult
 
 log = logging.getLogger(__name__)
@@ -114,6 +123,7 @@ def _policy_data(r: SimResult, s: Summary, baseline: Summary | None) -> dict[str
     try:
         out["summary"] = _jsonable(s.as_dict())
         out["targets"] = _jsonable([c.as_dict() for c in targets(s, baseline)])
+        out["flagged_teams"] = _jsonable([f.as_dict() for f in flagged_teams(s)])
     except Exception as exc:  # keep the other policies and the page
         out["error"] = _failure(f"the summary of {s.policy}", exc)
     return out
@@ -126,13 +136,16 @@ def report_data(
     title: str,
     scenario: Mapping[str, object],
     chart_failures: Mapping[str, Mapping[str, str]] | None = None,
+    clock: TraceClock | None = None,
 ) -> dict[str, Any]:
-    """What report.json holds: the scenario, then per policy its summary and targets, the
-    charts drawn and, for each chart that was not, what failed and what to do."""
+    """What report.json holds: the scenario and its time axis, then per policy its
+    summary, its six judged targets and its flagged teams, the charts drawn and, for each
+    chart that was not, what failed and what to do."""
     failed = chart_failures or {}
     return {
         "title": title,
         "scenario": _jsonable(scenario),
+        "time_axis": _time_axis(clock or TraceClock(), summaries),
         "policies": [_policy_data(r, s, baseline_of(summaries))
                      for r, s in zip(results, summaries, strict=True)],
         "charts": [name for name, _, _ in CHARTS if name not in failed],
@@ -140,9 +153,16 @@ def report_data(
     }
 
 
+def _time_axis(clock: TraceClock, summaries: Sequence[Summary]) -> dict[str, Any]:
+    window = summaries[0].window if summaries else (0.0, 0.0)
+    return {"dated": clock.dated, "trace_epoch_s": clock.epoch_s, "scale": clock.scale,
+            "first_submit_s": clock.first_s, "label": clock.label(window),
+            "compression": clock.compression(window) or None}
+
+
 #: A cell that reads as a number (a count, 1,234.5, 95.8%, 300 s, >= 0.95, "-"): right-aligned.
 _NUMERIC = re.compile(
-    r"^(?:[<>]=\s*)?(?:-|[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?\s*(?:%|s|x)?)"
+    r"^(?:[<>]=\s*)?(?:-|[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?\s*(?:%|s|x|min|h|days)?)"
     r"(?:\s+(?:PASS|FAIL))?$"
 )
 
@@ -205,14 +225,14 @@ def _targets_table(summaries: Sequence[Summary]) -> str:
                 [
                     s.policy,
                     c.name,
-                    "-" if c.value is None else f"{c.value:.4g}",
-                    f"{c.op} {c.threshold:g}",
+                    shown_value(c),
+                    TARGET_RULES[c.name],
                     "PASS" if c.passed else "FAIL",
                     c.explanation,
                 ]
             )
             classes.append(["", "", "", "", "pass" if c.passed else "fail", ""])
-    return _table(["policy", "target", "value", "bound", "result", "why"], rows, classes)
+    return _table(["policy", "target", "value", "target's rule", "result", "why"], rows, classes)
 
 
 def _side_by_side(summaries: Sequence[Summary]) -> str:
@@ -223,32 +243,70 @@ def _side_by_side(summaries: Sequence[Summary]) -> str:
 
 
 def _teams_table(s: Summary) -> str:
+    """Per team: Ai2's measures where the workload was given (the judged ones), whether the
+    fairness targets judge the team, and a flag for a team they leave out below 95%."""
+    flags = {f.team: f for f in flagged_teams(s)}
+    if s.offered_load is None:
+        return _running_teams_table(s, flags)
+    rows, classes = [], []
+    for t in s.teams:
+        a = s.ai2.get(t.team)
+        flag = flags.get(t.team)
+        judged = "yes" if a is not None and a.enough_demand else "no"
+        rows.append([
+            t.team,
+            _num(t.share_gpus, 1),
+            _num(a.entitled_gpu_h if a else None, 0),
+            _num(a.offered_gpu_h if a else None, 0),
+            _num(a.owed_gpu_h if a else None, 0),
+            _num(a.delivered_owed_gpu_h if a else None, 0),
+            _pct(a.ratio if a else None),
+            judged if flag is None else f"no: FLAGGED, {flag.why}",
+            str(t.jobs),
+            str(t.finished),
+            _num(t.gpu_h_run, 0),
+            _num(t.slowdown_p50),
+            _num(t.slowdown_p90),
+        ])
+        classes.append(["", "", "", "", "", "", "fail" if flag else "",
+                        "fail" if flag else "", "", "", "", "", ""])
     return _table(
         [
             "team",
             "share (GPUs)",
+            "entitled (GPU-h)",
+            "asked for (GPU-h)",
             "owed (GPU-h)",
-            "delivered (GPU-h)",
-            "delivered/owed",
-            "mean ratio after warm-up",
-            "time with demand >= share",
-            "enough demand",
+            "delivered toward owed (GPU-h)",
+            "delivered/owed (Ai2)",
+            "judged by the fairness targets",
             "jobs",
             "finished",
             "GPU-h run",
             "slowdown p50",
             "slowdown p90",
         ],
+        rows,
+        classes,
+    )
+
+
+def _running_teams_table(s: Summary, flags: Mapping[str, Any]) -> str:
+    """Without the workload (no offered load), the policy's running ratio is all there is."""
+    return _table(
+        ["team", "share (GPUs)", "owed (GPU-h)", "delivered (GPU-h)",
+         "delivered/owed after warm-up", "time with demand >= share", "judged", "jobs",
+         "finished", "GPU-h run", "slowdown p50", "slowdown p90"],
         [
             [
                 t.team,
                 _num(t.share_gpus, 1),
                 _num(t.owed_gpu_h, 1),
                 _num(t.delivered_gpu_h, 1),
-                _pct(t.ratio),
-                _pct(t.ratio_mean),
+                _pct(t.judged_ratio),
                 _pct(t.demand_frac),
-                "yes" if t.enough_demand else "no",
+                "yes" if t.enough_demand else
+                (f"no: FLAGGED, {flags[t.team].why}" if t.team in flags else "no"),
                 str(t.jobs),
                 str(t.finished),
                 _num(t.gpu_h_run, 1),
@@ -258,6 +316,30 @@ def _teams_table(s: Summary) -> str:
             for t in s.teams
         ],
     )
+
+
+def _flagged(summaries: Sequence[Summary]) -> str:
+    rows = [[s.policy, f.team, _pct(f.ratio), f.why]
+            for s in summaries for f in flagged_teams(s)]
+    if not rows:
+        return ("<p>None: every team below 95% of what it was owed is judged by the "
+                "fairness targets above.</p>")
+    return ("<p>These teams got under 95% of what they were owed, but the fairness "
+            "targets leave them out because they asked for less than their share. Check "
+            "that this is what you expect of them.</p>\n"
+            + _table(["policy", "team", "delivered/owed (Ai2)", "why it is not judged"], rows))
+
+
+def _time_note(clock: TraceClock, summaries: Sequence[Summary]) -> str:
+    s = summaries[0]
+    a, b = s.window
+    parts = [f"Charts run along {escape(clock.label(s.window))}."]
+    if s.warmup_s > 0:
+        parts.append(f"The first {escape(human_duration(s.warmup_s))} of the window are a "
+                     "warm-up (shaded): the simulated cluster starts empty, so occupancy and "
+                     "fairness are judged after it.")
+    parts.append(f"Window: {escape(human_duration(b - a))} of simulated time.")
+    return "<p>" + " ".join(parts) + "</p>"
 
 
 def _section(heading: str, body: Callable[[], str]) -> str:
@@ -285,10 +367,13 @@ def render_html(
     scenario: Mapping[str, object],
     charts: Sequence[tuple[str, str]],
     chart_failures: Mapping[str, Mapping[str, str]] | None = None,
+    clock: TraceClock | None = None,
 ) -> str:
-    """The page: scenario, targets, the side-by-side table, per-team tables, charts (or,
-    for a chart in ``chart_failures``, a note saying what failed and what to do)."""
+    """The page: scenario, the six targets, the side-by-side table, flagged teams,
+    per-team tables, charts (or, for a chart in ``chart_failures``, a note saying what
+    failed and what to do)."""
     failed = chart_failures or {}
+    time_axis = clock or TraceClock()
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -297,10 +382,11 @@ def render_html(
         _section("Scenario", lambda: _scenario_table(scenario)),
         _section("Outcome targets", lambda: _targets_table(summaries)),
         _section("Side by side", lambda: _side_by_side(summaries)),
+        _section("Teams the fairness targets do not judge", lambda: _flagged(summaries)),
     ]
     for s in summaries:
         parts.append(_section(f"Teams under {s.policy}", functools.partial(_teams_table, s)))
-    parts.append("<h2>Charts</h2>")
+    parts.append(_section("Charts", lambda: _time_note(time_axis, summaries)))
     parts += [_figure(name, caption, failed.get(name)) for name, caption in charts]
     parts += [
         "<h2>How the numbers are defined</h2>",
@@ -311,14 +397,14 @@ def render_html(
 
 
 def _draw_all(
-    dir: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
+    dir: Path, results: Sequence[SimResult], summaries: Sequence[Summary], clock: TraceClock
 ) -> dict[str, dict[str, str]]:
     """Draw every chart; return, per chart that could not be drawn, what failed."""
     failed: dict[str, dict[str, str]] = {}
     for name, caption, draw in CHARTS:
         target = dir / name
         try:
-            draw(target, results, summaries)
+            draw(target, results, summaries, clock)
         except Exception as exc:
             failed[name] = _failure(f"the chart {name} ({caption})", exc)
             try:  # no stale or half-written image under the note, no leaked figure
@@ -339,13 +425,15 @@ def write_report(
     title: str,
     scenario: Mapping[str, object],
     unwritten: list[str] | None = None,
+    clock: TraceClock | None = None,
 ) -> Path:
     """Write report.json, the PNG charts and index.html into ``dir``; return the page.
 
     Raises ValueError only for mismatched inputs (a caller's bug, checked before anything
     is written). After that nothing raises: a failed chart or section becomes a note, and
     a file that cannot be written is logged as an error (``check_report_deps(dir)``
-    catches both causes before the simulation) and its path appended to ``unwritten``."""
+    catches both causes before the simulation) and its path appended to ``unwritten``.
+    ``clock`` puts the trace's dates and compression on the charts' time axes."""
     lost = unwritten if unwritten is not None else []
     if not results:
         raise ValueError("nothing to report: no results")
@@ -361,8 +449,10 @@ def write_report(
         log.error("report: cannot create %s: %s", dir, exc)
         lost.append(str(dir))
         return page
-    failed = _draw_all(dir, results, summaries)
-    data = report_data(results, summaries, title=title, scenario=scenario, chart_failures=failed)
+    time_axis = clock or TraceClock()
+    failed = _draw_all(dir, results, summaries, time_axis)
+    data = report_data(results, summaries, title=title, scenario=scenario, chart_failures=failed,
+                       clock=time_axis)
     try:
         (dir / "report.json").write_text(
             json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8"
@@ -378,6 +468,7 @@ def write_report(
                 scenario=scenario,
                 charts=[(name, caption) for name, caption, _ in CHARTS],
                 chart_failures=failed,
+                clock=time_axis,
             ),
             encoding="utf-8",
         )

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from slurm_ml.sim.metrics import ALL, CLASSES, Summary, intervals
-from slurm_ml.sim.result import SimResult
+from slurm_ml.sim.metrics import (
+    ALL,
+    CLASSES,
+    Summary,
+    ai2_series,
+    human_duration,
+    intervals,
+    judged_occupancy,
+    judged_teams,
+)
+from slurm_ml.sim.result import CycleSample, SimResult
 
 #: At most this many points per line or area, so a months-long trace stays drawable.
 MAX_POINTS = 600
@@ -36,34 +46,25 @@ def text(s: str) -> str:
     return " " + s if s.startswith("_") else s
 
 
-#: Tableau's 20 colours, the ten strong ones first, so up to ten teams get clearly different
-#: hues and the next ten their lighter twins (the same values as matplotlib's tab20).
+#: Paul Tol's "muted" qualitative scheme (personal.sron.nl/~pault), made for readers with
+#: any common colour-vision deficiency: its nine colours stay apart under simulated
+#: deuteranopia, protanopia and tritanopia, where tab20's light twins merge. Nine hues
+#: are what stays distinguishable; teams past nine are told apart by a second cue.
 PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-    "#aec7e8",
-    "#ffbb78",
-    "#98df8a",
-    "#ff9896",
-    "#c5b0d5",
-    "#c49c94",
-    "#f7b6d2",
-    "#c7c7c7",
-    "#dbdb8d",
-    "#9edae5",
+    "#CC6677",
+    "#332288",
+    "#DDCC77",
+    "#117733",
+    "#88CCEE",
+    "#882255",
+    "#44AA99",
+    "#999933",
+    "#AA4499",
 )
-#: Line markers cycle too; 7 is coprime to 20, so (colour, marker) repeats only after 140
-#: teams, and a strong/light twin pair never shares a marker.
+#: Line markers cycle too; 7 is coprime to 9, so (colour, marker) repeats only after 63
+#: teams.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-#: Stacked areas have no markers: past the palette, a hatch tells the second round apart.
+#: Stacked areas have no markers: past the palette, a hatch tells each round apart.
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--")
 
 
@@ -89,8 +90,58 @@ def team_styles(summaries: Sequence[Summary]) -> dict[str, TeamStyle]:
     }
 
 
-def _hours(t: float, origin: float) -> float:
-    return (t - origin) / 3600.0
+#: A trace clock at or past this (2001-09-09) is a date; an undated trace counts seconds
+#: from its start, which no trace of a few years comes near.
+_DATED_FROM_S = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class TraceClock:
+    """How a simulated second maps to the trace's own time, so that charts carry the
+    trace's dates and say how much the arrivals were compressed.
+
+    ``epoch_s``: the trace's clock at simulated second 0 (``Trace.epoch_s``);
+    ``first_s``: the first submission, which compression keeps in place; ``scale``: the
+    arrival factor (2.5 = two and a half trace days of arrivals per simulated day)."""
+
+    epoch_s: float = 0.0
+    first_s: float = 0.0
+    scale: float = 1.0
+
+    @property
+    def dated(self) -> bool:
+        return self.epoch_s >= _DATED_FROM_S
+
+    def x(self, t_s: float) -> Any:
+        """Where simulated second ``t_s`` sits on a time axis: the trace date of the
+        arrivals then, or simulated hours for an undated trace."""
+        if not self.dated:
+            return t_s / 3600.0
+        trace_s = self.first_s + (t_s - self.first_s) * self.scale
+        return datetime.fromtimestamp(self.epoch_s + trace_s, UTC)
+
+    def compression(self, window: tuple[float, float]) -> str:
+        """"" or, when arrivals were compressed, by how much over ``window``."""
+        if abs(self.scale - 1.0) < 1e-9:
+            return ""
+        days = (window[1] - window[0]) / 86400.0
+        return (f"arrivals compressed {self.scale:.3g}x: {days * self.scale:.1f} trace "
+                f"days in {days:.1f} simulated days")
+
+    def label(self, window: tuple[float, float]) -> str:
+        what = "trace date of the arrivals (UTC)" if self.dated else "simulated hours"
+        squeeze = self.compression(window)
+        return f"{what}; {squeeze}" if squeeze else what
+
+    def style(self, ax: Any) -> None:
+        """Concise date ticks on a dated axis."""
+        if self.dated:
+            import matplotlib.dates as mdates
+
+            locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(
+                mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
 
 
 def _team_handles(
@@ -142,10 +193,13 @@ def _policy_rows(plt: Any, rows: int, *, cols: int, width: float, row_height: fl
 
 
 def delivered_vs_owed(
-    path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]
+    path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
+    clock: TraceClock = TraceClock(),
 ) -> None:
-    """Per policy (a row), each team's delivered (solid) and owed (dashed) window GPU-hours
-    on the left, and their running ratio on the right, where small gaps are visible. Rows
+    """Per policy (a row), Ai2's measures over the judged window, the figures the targets
+    judge: each team's owed (dashed) and delivered toward owed (solid) GPU-hours so far on
+    the left, and their ratio on the right, which ends at the judged ratio. Teams the
+    targets leave out (not enough demand) are drawn thin and say so in the legend. Rows
     share their y-scales, so policies compare by eye."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -154,80 +208,70 @@ def delivered_vs_owed(
     fig, axes = _policy_rows(plt, len(results), cols=2, width=15, row_height=3.6,
                              sharey="col")
     teams: set[str] = set()
-    top = 1.2
+    unjudged: set[str] = set()
+    window = summaries[0].judged_window or summaries[0].window
     for (left, right), r, s in zip(axes, results, summaries, strict=True):
-        a, b = s.window
-        samples = [x for x in sorted(r.samples, key=lambda x: x.t_s) if a <= x.t_s <= b]
-        shown = samples[:: max(1, len(samples) // MAX_POINTS)]
-        mine_teams = sorted({t for x in shown for t in x.owed_gpu_h})
-        for n, team in enumerate(mine_teams):
-            mine = [x for x in shown if team in x.owed_gpu_h]
-            xs = [_hours(x.t_s, a) for x in mine]
-            owed = [x.owed_gpu_h[team] for x in mine]
-            got = [x.delivered_gpu_h.get(team, 0.0) for x in mine]
+        window = s.judged_window or s.window
+        series = ai2_series(r, window)
+        judged_set = judged_teams(s)
+        shown = sorted(t for t, pts in series.items() if pts and pts[-1][1] > 0)
+        for n, team in enumerate(shown):
+            pts = series[team][:: max(1, len(series[team]) // MAX_POINTS)]
+            if pts[-1] != series[team][-1]:
+                pts.append(series[team][-1])  # the last point is the judged figure
+            xs = [clock.x(t) for t, _, _ in pts]
             st = styles.get(team, TeamStyle("#000000", "", ""))
+            judged = team in judged_set
+            if not judged:
+                unjudged.add(team)
+            width = 1.4 if judged else 0.7
             every = max(1, len(xs) // 8)
-            marks = {
-                "marker": st.marker,
-                "markersize": 4,
-                "markevery": ((n * every // len(MARKERS)) % every, every),
-            }
-            left.plot(xs, got, color=st.colour, linewidth=1.4, **marks)
-            left.plot(xs, owed, color=st.colour, linewidth=1.0, linestyle="--")
-            pairs = [(x, g / o) for x, g, o in zip(xs, got, owed, strict=True) if o > 0]
-            right.plot(
-                [x for x, _ in pairs],
-                [q for _, q in pairs],
-                color=st.colour,
-                linewidth=1.2,
-                **marks,
-            )
-            top = max(top, *(q * 1.05 for _, q in pairs)) if pairs else top
-        teams.update(mine_teams)
-        if not mine_teams:
-            left.text(
-                0.5,
-                0.5,
-                "no owed/delivered samples",
-                ha="center",
-                va="center",
-                transform=left.transAxes,
-            )
-        left.set_title(
-            f"{text(s.policy)}: delivered (solid) vs owed (dashed), window totals so far",
-            fontsize=10,
-        )
-        left.set_ylabel("GPU-hours in the\nbudget window")
-        right.set_title(
-            f"{text(s.policy)}: running ratio delivered / owed (shaded: warm-up)", fontsize=10
-        )
-        right.set_ylabel("running delivered / owed")
-        right.axhline(1.0, color="black", linewidth=0.8)
+            marks = {"marker": st.marker, "markersize": 4 if judged else 2,
+                     "markevery": ((n * every // len(MARKERS)) % every, every)}
+            left.plot(xs, [d for _, _, d in pts], color=st.colour, linewidth=width, **marks)
+            left.plot(xs, [o for _, o, _ in pts], color=st.colour, linewidth=width * 0.7,
+                      linestyle="--")
+            ratio = [(x, d / o) for x, (_, o, d) in zip(xs, pts, strict=True) if o > 0]
+            right.plot([x for x, _ in ratio], [q for _, q in ratio], color=st.colour,
+                       linewidth=width, **marks)
+        teams.update(shown)
+        if not shown:
+            left.text(0.5, 0.5, "no team was owed anything in the judged window",
+                      ha="center", va="center", transform=left.transAxes)
+        left.set_title(f"{text(s.policy)}: delivered toward owed (solid) and owed (dashed), "
+                       "GPU-hours so far", fontsize=10)
+        left.set_ylabel("GPU-hours since the\njudged window began")
+        right.set_title(f"{text(s.policy)}: delivered / owed so far (Ai2's ratio; the "
+                        "last point is the judged one)", fontsize=10)
+        right.set_ylabel("delivered / owed")
         right.axhline(0.95, color="grey", linestyle=":", linewidth=1)
-        if s.warmup_s > 0:
-            right.axvspan(0, s.warmup_s / 3600.0, color="grey", alpha=0.15, linewidth=0)
         for ax in (left, right):
             ax.grid(alpha=0.3)
-    axes[0, 1].set_ylim(0, min(top, RATIO_CAP))
-    if top > RATIO_CAP:
-        for ax in axes[:, 1]:
-            ax.set_ylabel(f"running delivered / owed\n(cut at {RATIO_CAP:g})")
+            clock.style(ax)
+    axes[0, 1].set_ylim(0, 1.05)
     for ax in axes[-1]:
-        ax.set_xlabel("simulated time since the window start (hours)")
+        ax.set_xlabel(clock.label(window))
     handles, labels = _team_handles(styles, teams, area=False)
+    labels = [f"{lab} (not judged)" if team in unjudged else lab
+              for lab, team in zip(labels, sorted(teams), strict=True)]
     if handles:
         handles += [
             Line2D([], [], color="black", linewidth=1.4),
             Line2D([], [], color="black", linewidth=1.0, linestyle="--"),
             Line2D([], [], color="grey", linestyle=":", linewidth=1),
         ]
-        labels += ["delivered", "owed", "95% of owed"]
+        labels += ["delivered toward owed", "owed", "95% target"]
     _figure_legend(fig, handles, labels, title="team")
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]) -> None:
+#: Wait axis ticks a reader knows: a second, a minute, ten minutes, an hour, a day, a week.
+_WAIT_TICKS = (1.0, 60.0, 600.0, 3600.0, 86400.0, 7 * 86400.0)
+
+
+def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
+              clock: TraceClock = TraceClock()) -> None:
     """Per job class, the CDF of queue waits, one line per policy (never-started jobs at
     their wait until the run's end, as in the metrics). Panels share both axes."""
     plt = _pyplot()
@@ -264,6 +308,8 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
             n = ", ".join(f"{text(p)} n={c}" for p, c in counts.items())
         ax.set_title(f"{kind} jobs" + (f" ({n})" if counts else ""), fontsize=10)
         ax.set_xscale("log")
+        ax.set_xticks(_WAIT_TICKS, [human_duration(t) for t in _WAIT_TICKS])
+        ax.minorticks_off()
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3, which="both")
         if kind == CLASSES[0]:
@@ -273,7 +319,7 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
                 0.5, 0.5, "no jobs of this class", ha="center", va="center", transform=ax.transAxes
             )
     for ax in axes[-1]:
-        ax.set_xlabel("queue wait (s, log scale; under 1 s drawn at 1 s)")
+        ax.set_xlabel("queue wait (log scale; under 1 s drawn at 1 s)")
     for ax in axes[:, 0]:
         ax.set_ylabel("fraction of jobs waiting at most x")
     handles: list[Any] = [Line2D([], [], color=colours[s.policy], linewidth=1.5) for s in summaries]
@@ -294,10 +340,12 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
     plt.close(fig)
 
 
-def binned_busy(
-    result: SimResult, window: tuple[float, float], bins: int
+def binned(
+    result: SimResult, window: tuple[float, float], bins: int,
+    values: Callable[[CycleSample], Mapping[str, float]],
 ) -> tuple[list[float], dict[str, list[float]]]:
-    """Bin edges and each team's time-weighted mean busy GPUs per bin over the window."""
+    """Bin edges and, per key of ``values(sample)``, its time-weighted mean per bin over
+    the window (a key absent from a sample counts as 0 there)."""
     a, b = window
     bins = max(1, bins)
     width = (b - a) / bins if b > a else 1.0
@@ -305,13 +353,14 @@ def binned_busy(
     cover = [0.0] * bins
     for s, d in intervals(result.samples, a, b):
         lo, hi = max(s.t_s, a), max(s.t_s, a) + d
+        got = values(s)
         i = min(int((lo - a) / width), bins - 1)
         while lo < hi and i < bins:
             cut = hi if i == bins - 1 else min(hi, a + (i + 1) * width)
             seg = cut - lo
             cover[i] += seg
-            for team, gpus in s.busy_gpus.items():
-                acc.setdefault(team, [0.0] * bins)[i] += gpus * seg
+            for key, v in got.items():
+                acc.setdefault(key, [0.0] * bins)[i] += v * seg
             lo, i = cut, i + 1
     means = {
         t: [v / c if c > 0 else 0.0 for v, c in zip(vals, cover, strict=True)]
@@ -320,8 +369,24 @@ def binned_busy(
     return [a + i * width for i in range(bins + 1)], means
 
 
-def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]) -> None:
-    """Per policy, busy GPUs stacked by team over time (Ai2's occupancy picture); the rows
+def binned_busy(
+    result: SimResult, window: tuple[float, float], bins: int
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Bin edges and each team's time-weighted mean busy GPUs per bin over the window."""
+    return binned(result, window, bins, lambda s: s.busy_gpus)
+
+
+def _warm_up(ax: Any, s: Summary, clock: TraceClock) -> None:
+    """Shade the warm-up, which no judged figure counts."""
+    if s.warmup_s > 0:
+        a = s.window[0]
+        ax.axvspan(clock.x(a), clock.x(a + s.warmup_s), color="grey", alpha=0.15, linewidth=0)
+
+
+def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
+              clock: TraceClock = TraceClock()) -> None:
+    """Per policy, busy GPUs stacked by team over time (Ai2's occupancy picture), the
+    warm-up shaded; the title gives the judged occupancy, after the warm-up. The rows
     share one y-scale."""
     plt = _pyplot()
     styles = team_styles(summaries)
@@ -329,9 +394,8 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
                              sharey=True)
     teams: set[str] = set()
     for ax, r, s in zip(axes[:, 0], results, summaries, strict=True):
-        a = s.window[0]
         edges, busy = binned_busy(r, s.window, min(MAX_POINTS, max(1, len(r.samples))))
-        xs = [_hours(e, a) for e in edges]
+        xs = [clock.x(e) for e in edges]
         base = [0.0] * (len(edges) - 1)
         for team in sorted(busy):
             st = styles.get(team, TeamStyle("#000000", "", ""))
@@ -348,16 +412,21 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
             )
             base = top
         teams.update(busy)
+        _warm_up(ax, s, clock)
         ax.axhline(r.cluster_gpus, color="black", linestyle="--", linewidth=1)
-        occ = "-" if s.occupancy is None else f"{s.occupancy * 100:.1f}%"
+        occ = judged_occupancy(s)
+        shown = "-" if occ is None else f"{occ * 100:.1f}%"
         ax.set_title(
-            f"{text(s.policy)}: busy GPUs by team (dashed: {r.cluster_gpus} GPUs; occupancy {occ})",
+            f"{text(s.policy)}: busy GPUs by team (dashed: {r.cluster_gpus} GPUs; occupancy "
+            f"after the shaded {human_duration(s.warmup_s)} warm-up {shown}, the judged "
+            "figure)",
             fontsize=10,
         )
         ax.set_ylabel("busy GPUs")
         ax.grid(alpha=0.3)
+        clock.style(ax)
     axes[0, 0].set_ylim(0, max(1, *(r.cluster_gpus for r in results)) * 1.05)
-    axes[-1, 0].set_xlabel("simulated time since the window start (hours)")
+    axes[-1, 0].set_xlabel(clock.label(summaries[0].window))
     handles, labels = _team_handles(styles, teams, area=True)
     # Top to bottom like the stack: the first team is drawn at the bottom.
     _figure_legend(fig, handles[::-1], labels[::-1], title="team")
@@ -365,11 +434,70 @@ def occupancy(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
     plt.close(fig)
 
 
-Draw = Callable[[Path, Sequence[SimResult], Sequence[Summary]], None]
+def _idle_and_waiting(s: CycleSample) -> dict[str, float]:
+    waiting = any(s.pending_gpus.values())
+    return {"idle": s.free_gpus if waiting else 0.0,
+            "unusable": s.fragmented_gpus if waiting else 0.0,
+            "pending": float(sum(s.pending_gpus.values()))}
+
+
+def idle_while_waiting(path: Path, results: Sequence[SimResult],
+                       summaries: Sequence[Summary], clock: TraceClock = TraceClock()) -> None:
+    """Per policy, GPUs free while some job waited (what fragmentation and reservations
+    cost), the part of them no waiting job could use, and the GPUs waiting, over time;
+    the rows share one y-scale."""
+    plt = _pyplot()
+    fig, axes = _policy_rows(plt, len(results), cols=1, width=13, row_height=3.0,
+                             sharey=True)
+    colours = {"idle": PALETTE[0], "unusable": PALETTE[1], "pending": PALETTE[6]}
+    for ax, r, s in zip(axes[:, 0], results, summaries, strict=True):
+        edges, got = binned(r, s.window, min(MAX_POINTS, max(1, len(r.samples))),
+                            _idle_and_waiting)
+        xs = [clock.x(e) for e in edges]
+        if got:
+            idle = [*got["idle"], got["idle"][-1]]
+            ax.fill_between(xs, [0.0] * len(xs), idle, step="post", color=colours["idle"],
+                            alpha=0.6, linewidth=0)
+            ax.step(xs, [*got["unusable"], got["unusable"][-1]], where="post",
+                    color=colours["unusable"], linewidth=1.2)
+            ax.step(xs, [*got["pending"], got["pending"][-1]], where="post",
+                    color=colours["pending"], linewidth=1.0, linestyle="--")
+        _warm_up(ax, s, clock)
+        frac = s.idle_waiting_frac
+        ax.set_title(
+            f"{text(s.policy)}: GPUs free while jobs waited"
+            + ("" if frac is None else f" ({frac * 100:.1f}% of capacity after the warm-up, "
+               f"{s.idle_waiting_gpu_h or 0:,.0f} GPU-hours)"),
+            fontsize=10)
+        ax.set_ylabel("GPUs")
+        ax.set_yscale("symlog", linthresh=max(1.0, r.cluster_gpus / 100))
+        ax.grid(alpha=0.3)
+        clock.style(ax)
+    axes[-1, 0].set_xlabel(clock.label(summaries[0].window))
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig.legend([Patch(facecolor=colours["idle"], alpha=0.6),
+                Line2D([], [], color=colours["unusable"], linewidth=1.2),
+                Line2D([], [], color=colours["pending"], linewidth=1.0, linestyle="--"),
+                Patch(facecolor="grey", alpha=0.15)],
+               ["free GPUs while a job waited", "of which no waiting job could use",
+                "GPUs the waiting jobs asked for", "warm-up (not judged)"],
+               loc="outside right upper", fontsize=8, frameon=False)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+class Draw(Protocol):
+    def __call__(self, path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
+                 clock: TraceClock = ...) -> None: ...
+
 
 #: File name, what it shows (the page's caption and alt text), and how it is drawn.
 CHARTS: tuple[tuple[str, str, Draw], ...] = (
-    ("delivered_vs_owed.png", "Delivered vs owed GPU-hours per team over time", delivered_vs_owed),
+    ("delivered_vs_owed.png",
+     "Ai2's delivered toward owed GPU-hours per team over the judged window", delivered_vs_owed),
     ("wait_cdf.png", "Queue wait CDFs per job class and policy", wait_cdfs),
     ("occupancy.png", "GPU occupancy over time, stacked by team", occupancy),
+    ("idle_while_waiting.png", "GPUs idle while jobs waited, over time", idle_while_waiting),
 )

@@ -13,9 +13,9 @@ from typing import TypeVar
 import pytest
 from test_sim_metrics import tiny  # tests/unit is on sys.path (rootdir import mode)
 
-from slurm_ml.sim.metrics import Summary, summarize
+from slurm_ml.sim.metrics import Ai2Team, Summary, summarize
 from slurm_ml.sim.report import render_html, report_data, write_report
-from slurm_ml.sim.report_charts import CHARTS, binned_busy, text
+from slurm_ml.sim.report_charts import CHARTS, TraceClock, binned_busy, text
 from slurm_ml.sim.result import SimResult
 
 V = TypeVar("V")
@@ -165,3 +165,47 @@ def test_importing_the_report_does_not_import_matplotlib() -> None:
         "sys.exit('matplotlib' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_report_json_judges_six_targets_flags_teams_and_dates_the_axis(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    results = [tiny("fifo"), tiny("budget")]
+    # team a asked for less than its share and got 80% of owed: left out, so flagged
+    ai2 = {"a": Ai2Team("a", 100.0, 50.0, 50.0, 40.0, 50.0, False, 40.0),
+           "b": Ai2Team("b", 100.0, 200.0, 100.0, 99.0, 200.0, True, 99.0)}
+    summaries = [dataclasses.replace(summarize(r), ai2=ai2, offered_load=2.0,
+                                     large_p90_s=p90, large_jobs=4, loss_frac=0.01)
+                 for r, p90 in zip(results, (100.0, 250.0), strict=True)]
+    clock = TraceClock(epoch_s=1_506_816_000.0, first_s=0.0, scale=2.5)  # 2017-10-01
+    write_report(tmp_path, results, summaries, title="t", scenario={}, clock=clock)
+    data = json.loads((tmp_path / "report.json").read_text())
+    fifo, budget = data["policies"]
+    assert [t["name"] for t in budget["targets"]] == [
+        "min ratio (enough demand)", "median team ratio", "debug p90 wait", "occupancy",
+        "large-job p90 wait vs fifo", "preemption loss"]
+    large = budget["targets"][4]
+    assert large["value"] == pytest.approx(2.5) and large["passed"] is False
+    assert "4.2 min against fifo's 1.7 min" in large["explanation"]
+    assert budget["targets"][5]["passed"] is True
+    assert fifo["targets"][4]["passed"] is True  # the baseline itself
+    for policy in (fifo, budget):
+        assert policy["flagged_teams"] == [{"team": "a", "ratio": pytest.approx(0.8), "why": (
+            "not judged: its jobs asked for 50 GPU-hours in the judged window, under the 100 "
+            "its share entitles it to")}]
+    axis = data["time_axis"]
+    assert axis["dated"] is True and axis["scale"] == 2.5
+    assert axis["compression"] == ("arrivals compressed 2.5x: 0.0 trace days in 0.0 "
+                                   "simulated days")
+    page = (tmp_path / "index.html").read_text()
+    assert "no: FLAGGED" in page and "Teams the fairness targets do not judge" in page
+    assert "trace date of the arrivals (UTC)" in page
+
+
+def test_a_compressed_dated_clock_maps_simulated_time_to_trace_dates() -> None:
+    clock = TraceClock(epoch_s=1_506_816_000.0, first_s=100.0, scale=2.0)
+    assert clock.x(100.0).isoformat() == "2017-10-01T00:01:40+00:00"
+    assert clock.x(100.0 + 43_200).isoformat() == "2017-10-02T00:01:40+00:00"  # 12 h -> a day
+    undated = TraceClock(epoch_s=0.0)
+    assert undated.x(7200.0) == 2.0 and undated.label((0, 3600)) == "simulated hours"
+    assert TraceClock(epoch_s=0.0, scale=2.5).compression((0.0, 5.6 * 86400)) == (
+        "arrivals compressed 2.5x: 14.0 trace days in 5.6 simulated days")

@@ -4,6 +4,7 @@ traceback; the pre-check names what to install; the charts stay readable for man
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -17,7 +18,7 @@ from test_sim_metrics import tiny  # tests/unit is on sys.path (rootdir import m
 from slurm_ml.sim import report, report_charts
 from slurm_ml.sim.metrics import Summary, summarize
 from slurm_ml.sim.report import check_report_deps, write_report
-from slurm_ml.sim.report_charts import CHARTS, MARKERS, PALETTE, team_styles
+from slurm_ml.sim.report_charts import CHARTS, MARKERS, PALETTE, TraceClock, team_styles
 from slurm_ml.sim.result import CycleSample, JobOutcome, SimResult
 from slurm_ml.sim.workload import SMALL
 
@@ -122,7 +123,8 @@ def test_a_chart_that_raises_leaves_the_others_and_the_page(
 ) -> None:
     pytest.importorskip("matplotlib")
 
-    def broken(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary]) -> None:
+    def broken(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
+               clock: TraceClock | None = None) -> None:
         path.write_bytes(b"half a PNG")
         raise RuntimeError("boom <here>")
 
@@ -189,17 +191,58 @@ def test_fifteen_teams_get_fifteen_distinct_styles_everywhere() -> None:
     s15 = summarize(many_teams(15))
     styles = team_styles([s15])
     assert len(styles) == 15
-    assert len({(st.colour, st.marker) for st in styles.values()}) == 15
-    assert len({st.colour for st in styles.values()}) == 15  # colour alone, up to 20
+    assert len({(st.colour, st.marker) for st in styles.values()}) == 15  # lines
+    assert len({(st.colour, st.hatch) for st in styles.values()}) == 15  # stacked areas
     # The same team looks the same whichever summaries (policies) the chart is given.
     fewer = dataclasses.replace(s15, teams=s15.teams[3:])
     assert team_styles([fewer, s15]) == styles
     many = team_styles([summarize(many_teams(60))])
     assert len({(st.colour, st.marker) for st in many.values()}) == 60
+    assert len({(st.colour, st.hatch) for st in many.values()}) == 60
     assert len(set(PALETTE)) == len(PALETTE) and math.gcd(len(PALETTE), len(MARKERS)) == 1
 
 
-def test_charts_share_y_scales_keep_legends_outside_and_say_running_ratio(
+#: Machado, Oliveira and Fernandes (2009), severity 1.0, on linear RGB: how each
+#: dichromacy sees a colour.
+_CVD = {
+    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413),
+                     (-0.011820, 0.042940, 0.968881)),
+    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216),
+                   (-0.003882, -0.048116, 1.051998)),
+    "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602),
+                   (0.004733, 0.691367, 0.303900)),
+    "normal vision": ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),
+}
+
+
+def _lab(hex_colour: str, vision: tuple[tuple[float, ...], ...]) -> tuple[float, float, float]:
+    """CIELAB (D65) of an sRGB colour as a reader with ``vision`` sees it."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    rgb = [linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5)]
+    r, g, b = (min(1.0, max(0.0, sum(m * c for m, c in zip(row, rgb, strict=True))))
+               for row in vision)
+    x, y, z = (0.4124 * r + 0.3576 * g + 0.1805 * b, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+               0.0193 * r + 0.1192 * g + 0.9505 * b)
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    fx, fy, fz = f(x / 0.95047), f(y), f(z / 1.08883)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+@pytest.mark.parametrize("vision", sorted(_CVD))
+def test_the_palette_stays_apart_for_colour_blind_readers(vision: str) -> None:
+    # tab20, the old palette, falls to a distance of 1.2 under protanopia; 12 is a
+    # difference a reader sees at a glance on a chart
+    labs = [_lab(c, _CVD[vision]) for c in PALETTE]
+    closest = min(math.dist(p, q) for p, q in itertools.combinations(labs, 2))
+    assert closest > 12, f"two team colours look alike under {vision} (delta E {closest:.1f})"
+
+
+def test_charts_share_y_scales_keep_legends_outside_and_say_ai2s_ratio(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     pytest.importorskip("matplotlib")
@@ -211,7 +254,7 @@ def test_charts_share_y_scales_keep_legends_outside_and_say_running_ratio(
     summaries = [summarize(r) for r in results]
     for _, _, draw in CHARTS:
         draw(tmp_path / "x.png", results, summaries)
-    owed, waits, occupancy = figures
+    owed, waits, occupancy, idle = figures
     for fig in figures:
         assert fig.legends, "one legend for the figure"
         assert all(ax.get_legend() is None for ax in fig.axes), "no legend inside an axes"
@@ -221,8 +264,9 @@ def test_charts_share_y_scales_keep_legends_outside_and_say_running_ratio(
     grid = [[owed.axes[0], owed.axes[1]], [owed.axes[2], owed.axes[3]]]
     for col in (0, 1):
         assert grid[0][col].get_shared_y_axes().joined(grid[0][col], grid[1][col])
-    assert "running ratio" in grid[0][1].get_title()
-    assert "running" in grid[1][1].get_ylabel()
+    assert "Ai2's ratio" in grid[0][1].get_title()
+    assert "warm-up" in occupancy.axes[0].get_title()
+    assert "free while jobs waited" in idle.axes[0].get_title()
     (stack_legend,) = occupancy.legends  # top to bottom, as stacked
     assert [t.get_text() for t in stack_legend.get_texts()] == labels[:15][::-1]
     top, bottom = occupancy.axes
