@@ -221,3 +221,20 @@ def test_a_bad_parallel_outcome_names_its_line() -> None:
     text = "requests:\n  parallel:\n    data: 0.5\n    dp: 0.5\n"
     with pytest.raises(ScenarioError, match=r"^s\.yaml:4: requests\.parallel: 'dp'"):
         parse_scenario(text, "s.yaml")
+
+
+def test_example_1_4_states_the_seeds_workload_words() -> None:
+    """The file holds the seed's Table 4 cluster and the workload its words give: jobs
+    name A100-80GB most, nobody names a V100, 35 GB needs, and multi-GPU jobs either
+    data parallel (PCIe will do) or tensor parallel (NVLink)."""
+    sc = parse_scenario(EXAMPLE.read_text(), str(EXAMPLE))
+    assert sc.node_classes is not None and sc.requests is not None
+    gpus = {nc["gpu_type"]: (nc["gpus_per_node"], nc["features"]) for nc in sc.node_classes}
+    assert gpus["a100_80g"][0] == gpus["a100_40g"][0] == 8 and gpus["v100"][0] == 4
+    assert "nvlink" in gpus["a100_80g"][1] and "pcie" in gpus["v100"][1]
+    rq = sc.requests
+    assert max(rq.gpu_type, key=lambda t: rq.gpu_type[t]) == "a100_80g"
+    assert "v100" not in rq.gpu_type
+    assert all(35.0 in dist for dist in rq.mem_gb_by_type.values())
+    assert set(rq.parallel) == {"data", "tensor"}
+    assert sc.admission is True
