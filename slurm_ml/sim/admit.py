@@ -1,15 +1,16 @@
 """Admission in the simulator: each job goes through ``policy.admission.decide``, the
 code submitd runs, before it is queued.
 
-A trace gives GPU counts, rarely the GPU type a user named or the memory a job needs.
-Where it lacks them they are drawn per job from the scenario's ``requests`` section
-(seeded), and the run is marked synthetic. Each job is then submitted as the sbatch line
-a user would write for it (``--gres=gpu:<type>:N``, ``-N k`` for whole nodes, ``gpu_mem=``
-in ``--comment``), built as ``submitd.wire.to_request`` builds it from that line
-(``tests/unit/test_sim_admission.py`` checks the two agree). With admission off a typed
-job runs on its type only, as Slurm runs ``--gres=gpu:a100_80g:N``; with it on, on every
-type the decision allows (capability matching widens, shaping fits the node classes).
-Pure: no I/O, the clock passed in.
+A trace gives GPU counts, rarely the GPU type a user named, the memory a job needs or
+how a multi-GPU job is parallel. Where it lacks them they are drawn per job from the
+scenario's ``requests`` section (seeded), and the run is marked synthetic. Each job is
+then submitted as the sbatch line a user would write for it (``--gres=gpu:<type>:N``,
+``-N k`` for whole nodes, ``gpu_mem=`` and ``parallel=`` in ``--comment``), built as
+``submitd.wire.to_request`` builds it from that line (``tests/unit/test_sim_admission.py``
+checks the two agree). With admission off a typed job runs on its type only, as Slurm
+runs ``--gres=gpu:a100_80g:N``; with it on, on every type the decision allows
+(capability matching widens, shaping fits the node classes). Pure: no I/O, the clock
+passed in.
 """
 
 from __future__ import annotations
@@ -75,14 +76,39 @@ def draw_requests(jobs: Sequence[SimJob], requests: Requests, *, seed: int,
             changes["mem_gb"] = float(m)
             drawn["mem_gb"] += 1
         out.append(dataclasses.replace(job, **changes) if changes else job)
+    out, drawn["parallel"] = _draw_parallel(out, requests.parallel, seed=seed)
     info = {"synthetic": any(drawn.values()), "drawn_jobs": drawn, "seed": seed,
             "gpu_type": dict(requests.gpu_type),
             "mem_gb": {f"{k:g}": v for k, v in requests.mem_gb.items()},
             "mem_gb_by_type": {t: {f"{k:g}": v for k, v in d.items()}
                                for t, d in requests.mem_gb_by_type.items()},
+            "parallel": dict(requests.parallel),
             "note": "drawn per job from the scenario's requests distributions: the trace "
-                    "has no GPU type or GPU memory columns"}
+                    "has no GPU type, GPU memory or parallelism columns"}
     return out, info
+
+
+def _draw_parallel(jobs: list[SimJob], parallel: Mapping[str, float], *,
+                   seed: int) -> tuple[list[SimJob], int]:
+    """Each job of several GPUs with the ``parallel=`` it lacks, drawn from ``parallel``;
+    returns the jobs and how many were drawn.
+
+    Its own stream, one draw for every job whatever its size: the type and memory draws
+    stay what they were without it (so admission off runs the same jobs), and which
+    jobs are data parallel does not depend on the sizes of the others. A one-GPU job has
+    no GPUs to link, so it says nothing.
+    """
+    if not parallel:
+        return jobs, 0
+    rng = random.Random(f"sim.admit parallel {seed}")
+    out: list[SimJob] = []
+    drawn = 0
+    for job in jobs:
+        kind = _pick(rng, parallel)
+        says = job.gpus > 1 and job.parallel is None
+        drawn += says
+        out.append(dataclasses.replace(job, parallel=kind) if says else job)
+    return out, drawn
 
 
 def draw_contracts(jobs: Sequence[SimJob], min_runtime_h: Mapping[float | str, float],
@@ -123,7 +149,8 @@ def job_request(job: SimJob, *, gpus_per_node: int) -> JobRequest:
     """The JobRequest submitd would build for the sbatch line of this job: one node
     (``--gres=gpu:T:N``) up to ``gpus_per_node`` GPUs, whole nodes (``-N k
     --gres=gpu:T:<per node>``) for a multiple of it, else a per-job total (``--gpus=T:N``)
-    for shaping to lay out; the memory need as ``gpu_mem=<GB>G`` in --comment."""
+    for shaping to lay out; the memory need as ``gpu_mem=<GB>G`` and the parallelism as
+    ``parallel=<kind>`` in --comment."""
     if job.gpus <= gpus_per_node:
         gpus, nodes = GpuRequest(count=job.gpus, per="node", gpu_type=job.gpu_type), None
     elif job.gpus % gpus_per_node == 0:
@@ -131,7 +158,10 @@ def job_request(job: SimJob, *, gpus_per_node: int) -> JobRequest:
         gpus = GpuRequest(count=gpus_per_node, per="node", gpu_type=job.gpu_type)
     else:
         gpus, nodes = GpuRequest(count=job.gpus, per="job", gpu_type=job.gpu_type), None
-    comment = "" if job.mem_gb is None else f"gpu_mem={job.mem_gb:g}G"
+    keys = [] if job.mem_gb is None else [f"gpu_mem={job.mem_gb:g}G"]
+    if job.parallel is not None:
+        keys.append(f"parallel={job.parallel}")
+    comment = " ".join(keys)
     return JobRequest(user=job.user, name="wrap", account=job.team, gpus=(gpus,),
                       min_nodes=nodes, max_nodes=nodes, comment=comment)
 
@@ -152,19 +182,19 @@ def admit_jobs(jobs: Sequence[SimJob], cfg: Config, *, on: bool,
     """Each job with the GPU types it may run on. Off: its own type (``gpu_types``
     None). On: ``decide`` on its sbatch line; a rejected job keeps its own type (the
     user would resubmit it as asked) and is counted. Decisions are cached per (GPUs,
-    type, need, account): nothing else in the request differs between jobs."""
+    type, need, parallelism, account): nothing else in the request differs between jobs."""
     if not on:
         return list(jobs), {"admission": "off"}
     view = view or cluster_view(cfg)
     state = state or AdmissionState()
     per_node = max((nc.gpus_per_node for nc in cfg.node_classes), default=1)
-    cache: dict[tuple[int, str | None, float | None, str], tuple[tuple[str, ...] | None,
-                                                                  bool]] = {}
+    cache: dict[tuple[int, str | None, float | None, str | None, str],
+                tuple[tuple[str, ...] | None, bool]] = {}
     out: list[SimJob] = []
     widened = rejected = 0
     runs_on: dict[str, int] = {}
     for job in jobs:
-        key = (job.gpus, job.gpu_type, job.mem_gb, job.team)
+        key = (job.gpus, job.gpu_type, job.mem_gb, job.parallel, job.team)
         got = cache.get(key)
         if got is None:
             req = job_request(job, gpus_per_node=per_node)

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from slurm_ml.policy.admission.request import PARALLEL_KINDS
+
 __all__ = [
     "Accounts",
     "DebugMix",
@@ -66,6 +68,9 @@ class Requests:
     #: the --time-min an allocated trace job asks for, in hours (``RUN``: its whole run);
     #: empty: every such job keeps the trace's contract (1 h)
     min_runtime_h: Mapping[float | str, float] = dataclasses.field(default_factory=dict)
+    #: how a job of several GPUs spreads its work, ``data`` or ``tensor``: the
+    #: ``parallel=`` its submission carries in --comment; empty: none says
+    parallel: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 #: ``requests.min_runtime_h`` key: the job protects its whole run (--time-min = --time)
@@ -386,14 +391,27 @@ def _distribution(r: _Reader, node: yaml.Node, what: str, example: str,
 
 
 def _requests(r: _Reader, node: yaml.Node) -> Requests:
-    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb", "min_runtime_h"})
+    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb", "min_runtime_h", "parallel"})
     if not rq:
-        raise r.fail(node, "requests: give gpu_type, mem_gb and/or min_runtime_h "
+        raise r.fail(node, "requests: give gpu_type, mem_gb, min_runtime_h and/or parallel "
                      "distributions")
     contracts = (_distribution(r, rq.pop("min_runtime_h"), "requests.min_runtime_h",
                                "{1: 0.6, 8: 0.3, run: 0.1}", lambda k: _hours_key(r, k))
                  if "min_runtime_h" in rq else {})
-    return dataclasses.replace(_types_and_memory(r, node, rq), min_runtime_h=contracts)
+    parallel = (_distribution(r, rq.pop("parallel"), "requests.parallel",
+                              "{data: 0.5, tensor: 0.5}", lambda k: _parallel_key(r, k))
+                if "parallel" in rq else {})
+    return dataclasses.replace(_types_and_memory(r, node, rq), min_runtime_h=contracts,
+                               parallel=parallel)
+
+
+def _parallel_key(r: _Reader, node: yaml.Node) -> str:
+    """A ``parallel`` outcome: a value admission reads from ``parallel=`` in --comment."""
+    v = r.value(node)
+    if v not in PARALLEL_KINDS:
+        raise r.fail(node, f"requests.parallel: {v!r} is not {' or '.join(PARALLEL_KINDS)} "
+                     "(the values of parallel= in --comment)")
+    return str(v)
 
 
 def _hours_key(r: _Reader, node: yaml.Node) -> float | str:

@@ -32,6 +32,8 @@ class SimJob:
     #: ``gpu_type``); set by ``sim.admit``
     gpu_types: tuple[str, ...] | None = None
     mem_gb: float | None = None  # GPU memory it needs per GPU, in GB (None: not known)
+    #: ``parallel=`` its submission carries in --comment, "data" or "tensor" (None: not said)
+    parallel: str | None = None
 
     @property
     def allocated(self) -> bool:

@@ -189,6 +189,20 @@ COMMENT_WORDS = st.one_of(
     st.sampled_from(["pin_gpu", "allow_fragment", "note", "ckpt=/scratch/x", "gpu_mem=lots"]),
 )
 
+#: parallel= words, added only where a test asks for them (``with_parallel``): adding them
+#: to COMMENT_WORDS would move every other test's derandomized examples
+PARALLEL_WORDS = st.sampled_from(["parallel=data", "parallel=tensor", "parallel"])
+
+
+@st.composite
+def with_parallel(draw: st.DrawFn) -> dict[str, Any]:
+    """A job_desc whose comment may also say how the job is parallel."""
+    job = draw(job_desc())
+    if draw(st.booleans()):
+        words = [str(job.get("comment") or ""), draw(PARALLEL_WORDS)]
+        job["comment"] = " ".join(w for w in words if w)
+    return job
+
 
 @st.composite
 def gpu_spec(draw: st.DrawFn, prefix: str) -> tuple[str, str]:
@@ -318,10 +332,12 @@ def test_layouts_are_feasible_and_multi_node_uses_whole_nodes(job: dict[str, Any
 
 
 @FAST
-@given(job_desc())
+@given(with_parallel())
 def test_widening_respects_memory_and_nvlink(job: dict[str, Any]) -> None:
     """Types slurm-ml adds have the memory (with margin) and, for multi-GPU nodes on
-    NVLink hardware, NVLink; the types the user named are never dropped for lack of memory."""
+    NVLink hardware, NVLink unless the job says parallel=data (with parallel=tensor,
+    whatever the hardware); the types the user named are never dropped for lack of
+    memory."""
     reply = answer(job)
     if reply["action"] != "accept" or "features" not in reply["set"]:
         return
@@ -340,11 +356,15 @@ def test_widening_respects_memory_and_nvlink(job: dict[str, Any]) -> None:
         return
     comment = str(job.get("comment") or "")
     assert "pin_gpu" not in comment
-    m = re.search(r"gpu_mem=(\d+)G", comment)
-    need = float(m[1]) if m else STATE.profiles_gb[(job["user_name"], job.get("name", ""))]
+    sizes = re.findall(r"gpu_mem=(\d+)G", comment)  # the last one counts
+    need = float(sizes[-1]) if sizes else \
+        STATE.profiles_gb[(job["user_name"], job.get("name", ""))]
     for gpu in added:
         assert CFG.gpu_types[gpu].memory_gb >= need * MARGIN, (gpu, need)
-    if per_node_gpus(after) > 1 and any(CFG.gpu_types[t].nvlink_links for t in requested):
+    said = re.findall(r"parallel=(\w+)", comment)
+    nvlink = (said[-1] == "tensor" if said
+              else any(CFG.gpu_types[t].nvlink_links for t in requested))
+    if per_node_gpus(after) > 1 and nvlink:
         for gpu in added:
             assert CFG.gpu_types[gpu].nvlink_links > 0, (gpu, reply["set"])
 

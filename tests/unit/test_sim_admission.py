@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,10 @@ def _short(*, admission: bool, hours: float = 24) -> str:
     return text.replace("admission: on", f"admission: {'on' if admission else 'off'}")
 
 
-def _job(gpus: int, gpu_type: str | None, mem_gb: float | None, job_id: int = 1) -> SimJob:
+def _job(gpus: int, gpu_type: str | None, mem_gb: float | None, job_id: int = 1,
+         parallel: str | None = None) -> SimJob:
     return SimJob(job_id=job_id, team="t1", user="u1", submit_s=0.0, gpus=gpus,
-                  duration_s=3600.0, gpu_type=gpu_type, mem_gb=mem_gb)
+                  duration_s=3600.0, gpu_type=gpu_type, mem_gb=mem_gb, parallel=parallel)
 
 
 def _types(cfg: Config, job: SimJob, *, on: bool) -> tuple[str, ...]:
@@ -69,6 +71,10 @@ def _types(cfg: Config, job: SimJob, *, on: bool) -> tuple[str, ...]:
     (["--gpus=a100_80g:12", "-A", "t1", "--comment=gpu_mem=20G", "--wrap=x"],
      _job(12, "a100_80g", 20.0)),
     (["--gres=gpu:a100_40g:1", "-A", "t1", "--wrap=x"], _job(1, "a100_40g", None)),
+    (["--gres=gpu:a100_80g:4", "-A", "t1", "--comment=gpu_mem=20G parallel=data", "--wrap=x"],
+     _job(4, "a100_80g", 20.0, parallel="data")),
+    (["--gres=gpu:a100_80g:2", "-A", "t1", "--comment=parallel=tensor", "--wrap=x"],
+     _job(2, "a100_80g", None, parallel="tensor")),
 ])
 def test_the_request_is_what_submitd_builds_from_the_sbatch_line(argv: list[str],
                                                                  job: SimJob) -> None:
@@ -90,6 +96,17 @@ def test_on_a_20gb_one_gpu_request_may_land_on_v100(cfg: Config) -> None:
     assert "v100" not in _types(cfg, _job(4, "a100_80g", 20.0), on=True)
 
 
+def test_on_a_data_parallel_job_of_up_to_4_gpus_may_land_on_v100(cfg: Config) -> None:
+    """parallel=data reaches decide as it would from sbatch: PCIe V100 nodes join where
+    the need fits 32 GB with the margin and the GPUs fit one 4-GPU node."""
+    assert "v100" in _types(cfg, _job(4, "a100_80g", 20.0, parallel="data"), on=True)
+    assert "v100" not in _types(cfg, _job(4, "a100_80g", 20.0, parallel="tensor"), on=True)
+    assert "v100" not in _types(cfg, _job(4, "a100_80g", 35.0, parallel="data"), on=True)
+    # one node of 8 GPUs: no V100 node holds it
+    assert "v100" not in _types(cfg, _job(8, "a100_80g", 20.0, parallel="data"), on=True)
+    assert _types(cfg, _job(4, "a100_80g", 20.0, parallel="data"), on=False) == ("a100_80g",)
+
+
 def test_off_pins_to_the_asked_type(cfg: Config) -> None:
     assert _types(cfg, _job(1, "a100_80g", 20.0), on=False) == ("a100_80g",)
     assert _types(cfg, _job(16, "a100_80g", 35.0), on=False) == ("a100_80g",)
@@ -109,7 +126,8 @@ def test_the_synthetic_draw_is_deterministic_and_marked() -> None:
     two, _ = draw_requests(jobs, req, seed=3, gpu_types=types)
     other, _ = draw_requests(jobs, req, seed=4, gpu_types=types)
     assert one == two and one != other
-    assert info["synthetic"] is True and info["drawn_jobs"] == {"gpu_type": 399, "mem_gb": 399}
+    assert info["synthetic"] is True and info["drawn_jobs"] == {"gpu_type": 399, "mem_gb": 399,
+                                                               "parallel": 0}
     assert {j.gpu_type for j in one} == {"a100_80g", "a100_40g"}
     assert {j.mem_gb for j in one if j.gpu_type == "a100_40g"} == {24.0}
     assert 0.6 < sum(j.gpu_type == "a100_80g" for j in one) / len(one) < 0.8
@@ -121,16 +139,44 @@ def test_the_synthetic_draw_is_deterministic_and_marked() -> None:
         draw_requests(jobs, Requests(gpu_type={"h100": 1.0}), seed=0, gpu_types=types)
 
 
+def test_parallelism_is_drawn_for_multi_gpu_jobs_on_its_own_stream() -> None:
+    jobs = [_job(1 + i % 4, None, None, job_id=i) for i in range(1, 400)]
+    types = ("a100_80g", "a100_40g", "v100")
+    base = Requests(gpu_type={"a100_80g": 0.7, "a100_40g": 0.3}, mem_gb={16: 0.5, 35: 0.5})
+    plain, _ = draw_requests(jobs, base, seed=3, gpu_types=types)
+    mixed, info = draw_requests(
+        jobs, dataclasses.replace(base, parallel={"data": 0.5, "tensor": 0.5}), seed=3,
+        gpu_types=types)
+    # the type and memory draws do not move: admission off runs the same jobs
+    assert [(j.gpu_type, j.mem_gb) for j in mixed] == [(j.gpu_type, j.mem_gb) for j in plain]
+    assert all(j.parallel is None for j in plain)
+    assert all(j.parallel is None for j in mixed if j.gpus == 1)
+    multi = [j for j in mixed if j.gpus > 1]
+    assert {j.parallel for j in multi} == {"data", "tensor"}
+    assert 0.35 < sum(j.parallel == "data" for j in multi) / len(multi) < 0.65
+    assert info["drawn_jobs"]["parallel"] == len(multi)
+    assert info["parallel"] == {"data": 0.5, "tensor": 0.5}
+    # what a trace already says is kept
+    (kept,), _ = draw_requests([_job(2, "a100_80g", 8.0, parallel="tensor")],
+                               Requests(parallel={"data": 1.0}), seed=3, gpu_types=types)
+    assert kept.parallel == "tensor"
+
+
 def test_the_scenario_keys_are_strict() -> None:
     ok = parse_scenario("requests: {gpu_type: {a100_80g: 1.0}, mem_gb: {35: 1}}\n"
                         "admission: off\n")
     assert ok.requests == Requests(gpu_type={"a100_80g": 1.0}, mem_gb={35.0: 1.0})
     assert ok.admission is False
+    assert parse_scenario("requests: {parallel: {data: 0.3, tensor: 0.7}}\n").requests == \
+        Requests(parallel={"data": 0.3, "tensor": 0.7})
     for bad, why in [("admission: sometimes", "on or off"),
                      ("requests: {mem_gb: {35: 0.5}}", "sum to 1"),
                      ("requests: {gpu_type: {a100_80g: 1}, mem_gb: {v100: {8: 1}}}",
                       "not a type in requests.gpu_type"),
-                     ("requests: {typo: 1}", "unknown key")]:
+                     ("requests: {typo: 1}", "unknown key"),
+                     ("requests: {parallel: {data: 0.5, pipeline: 0.5}}",
+                      "'pipeline' is not data or tensor"),
+                     ("requests: {parallel: {data: 0.5}}", "sum to 1")]:
         with pytest.raises(ScenarioError, match=why):
             parse_scenario(bad, "s.yaml")
 
@@ -169,3 +215,26 @@ def test_type_occupancy_is_each_pools_busy_time_over_its_size() -> None:
 
     spans = intervals([at(0, 8, 0), at(10, 4, 4)], 0, 20)
     assert type_occupancy(spans) == {"a100_80g": 0.75, "v100": 0.5}
+
+
+def test_a_bad_parallel_outcome_names_its_line() -> None:
+    text = "requests:\n  parallel:\n    data: 0.5\n    dp: 0.5\n"
+    with pytest.raises(ScenarioError, match=r"^s\.yaml:4: requests\.parallel: 'dp'"):
+        parse_scenario(text, "s.yaml")
+
+
+def test_example_1_4_states_the_seeds_workload_words() -> None:
+    """The file holds the seed's Table 4 cluster and the workload its words give: jobs
+    name A100-80GB most, nobody names a V100, 35 GB needs, and multi-GPU jobs either
+    data parallel (PCIe will do) or tensor parallel (NVLink)."""
+    sc = parse_scenario(EXAMPLE.read_text(), str(EXAMPLE))
+    assert sc.node_classes is not None and sc.requests is not None
+    gpus = {nc["gpu_type"]: (nc["gpus_per_node"], nc["features"]) for nc in sc.node_classes}
+    assert gpus["a100_80g"][0] == gpus["a100_40g"][0] == 8 and gpus["v100"][0] == 4
+    assert "nvlink" in gpus["a100_80g"][1] and "pcie" in gpus["v100"][1]
+    rq = sc.requests
+    assert max(rq.gpu_type, key=lambda t: rq.gpu_type[t]) == "a100_80g"
+    assert "v100" not in rq.gpu_type
+    assert all(35.0 in dist for dist in rq.mem_gb_by_type.values())
+    assert set(rq.parallel) == {"data", "tensor"}
+    assert sc.admission is True

@@ -3,6 +3,8 @@
 A user who asks for ``a100_80g`` but needs 30 GB waits for the scarcest GPU while
 40 GB cards idle. The need comes from ``gpu_mem=`` in --comment, else from the p95 of
 the user's last runs of the same job name; with neither, the request is left alone.
+A job with several GPUs on a node that asked for an NVLink type keeps NVLink, unless
+its researcher says ``parallel=data``: such a job needs no NVLink, so PCIe types join.
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from dataclasses import dataclass
 
 from slurm_ml.model import GpuType
 from slurm_ml.policy.admission.features import Constraint, gpu_type_terms
-from slurm_ml.policy.admission.request import JobRequest, comment_keys, gpu_mem_gb
+from slurm_ml.policy.admission.request import (
+    DATA,
+    TENSOR,
+    JobRequest,
+    comment_keys,
+    gpu_mem_gb,
+    parallelism,
+)
 from slurm_ml.policy.admission.state import AdmissionState
 
 
@@ -28,6 +37,8 @@ class Capability:
     need: Need | None = None
     nvlink: bool = False  # the job needs NVLink between its GPUs
     short: tuple[str, ...] = ()  # requested types with less memory than the need
+    #: several GPUs per node, and ``parallel=data`` let types without NVLink in
+    pcie_ok: bool = False
 
 
 def gpu_need(req: JobRequest, state: AdmissionState) -> Need | None:
@@ -57,12 +68,25 @@ def match(req: JobRequest, constraint: Constraint | None, *, gpu_types: dict[str
     if need is None or "pin_gpu" in comment_keys(req.comment):
         return Capability(frozenset(requested), keep)
     floor = need.gb * (1 + margin_pct / 100)
-    nvlink = gpus_per_node > 1 and any(gpu_types[t].nvlink_links > 0 for t in requested)
+    kind = parallelism(req.comment)
+    nvlink = gpus_per_node > 1 and needs_nvlink(kind, requested, gpu_types)
     ok = {name for name, t in gpu_types.items()
           if t.memory_gb >= floor and (t.nvlink_links > 0 or not nvlink)}
     short = tuple(t for t in keep if gpu_types[t].memory_gb < floor)
     return Capability(frozenset(requested), tuple(t for t in order if t in ok | requested),
-                      need, nvlink, short)
+                      need, nvlink, short, pcie_ok=gpus_per_node > 1 and kind == DATA)
+
+
+def needs_nvlink(kind: str | None, requested: set[str], gpu_types: dict[str, GpuType]) -> bool:
+    """Whether a job with several GPUs on a node must keep NVLink between them.
+
+    The researcher's ``parallel=`` decides when given. Without it, a job written for an
+    NVLink type may depend on NVLink (tensor parallelism slows to a crawl over PCIe),
+    and nothing in the request says otherwise, so it keeps it.
+    """
+    if kind is not None:
+        return kind == TENSOR
+    return any(gpu_types[t].nvlink_links > 0 for t in requested)
 
 
 def describe_need(req: JobRequest, need: Need) -> str:

@@ -27,7 +27,13 @@ from slurm_ml.policy.admission.features import (
     render,
     without_gpu_terms,
 )
-from slurm_ml.policy.admission.request import BadCommentKey, JobRequest, comment_keys, gpu_mem_gb
+from slurm_ml.policy.admission.request import (
+    BadCommentKey,
+    JobRequest,
+    comment_keys,
+    gpu_mem_gb,
+    parallelism,
+)
 from slurm_ml.policy.admission.routing import (
     ESLURM_ACCOUNTING_POLICY,
     Route,
@@ -176,7 +182,9 @@ def decide(req: JobRequest, cfg: Config, view: ClusterView, state: AdmissionStat
     constraint = parse_constraint(req.features)
     total = req.total_gpus() or 0
     try:
-        gpu_mem_gb(req.comment)  # a bad gpu_mem is an error on every GPU job
+        # a bad gpu_mem or parallel is an error on every GPU job, widened or not
+        gpu_mem_gb(req.comment)
+        parallelism(req.comment)
         cap = match(req, constraint, gpu_types=cfg.gpu_types,
                     feature_to_type=view.feature_to_type, state=state,
                     margin_pct=cfg.policy.admission.memory_margin_pct,
@@ -323,6 +331,8 @@ def _notes(req: JobRequest, cfg: Config, cap: Capability, *, types: tuple[str, .
         why = f"it needs {describe_need(req, cap.need)} plus a {_margin(cfg)}% margin"
         if cap.nvlink:
             why += ", with NVLink between its GPUs"
+        elif cap.pcie_ok:
+            why += ", without NVLink (parallel=data in --comment)"
         extra = [t for t in types if t not in cap.requested]
         notes.append(f"GPU type widened from {'|'.join(sorted(cap.requested))} to "
                      f"{'|'.join(types)}: {why}, and {', '.join(extra)} "

@@ -110,3 +110,44 @@ def gpu_mem_gb(comment: str) -> float | None:
             f"gpu_mem={raw!r} in --comment is not a GPU memory size; write it like gpu_mem=30G"
         )
     return float(m["num"]) * _TO_GB[m["unit"].upper()]
+
+
+#: ``parallel=`` values: how a multi-GPU job spreads its work, which decides whether its
+#: GPUs must share NVLink
+DATA, TENSOR = "data", "tensor"
+PARALLEL_KINDS = (DATA, TENSOR)
+
+
+def comment_value(comment: str, key: str) -> str | None:
+    """The value written as ``key=value`` in a comment ("" for ``key=``), else None.
+
+    Unlike :func:`comment_keys`, a bare word is no key here: a key named by a common
+    word (``parallel``) must not turn the user's own text into a rejection.
+    """
+    found = None
+    for m in _KEY.finditer(comment or ""):
+        if m["key"].lower() == key and m["value"] is not None:
+            found = m["value"]
+    return found
+
+
+def parallelism(comment: str) -> str | None:
+    """The ``parallel=data|tensor`` key of a comment, lower-cased; None when not given.
+
+    ``data``: each GPU holds a whole copy of the model and the GPUs exchange only
+    gradients once a step, which PCIe carries, so the job may run on GPUs without NVLink.
+    ``tensor``: the GPUs split the model and exchange activations within every layer,
+    which needs NVLink. The researcher knows which; admission cannot see it.
+    """
+    raw = comment_value(comment, "parallel")
+    if raw is None:
+        return None
+    kind = raw.strip().lower()
+    if kind not in PARALLEL_KINDS:
+        raise BadCommentKey(
+            f"parallel={raw!r} in --comment is neither data nor tensor, so slurm-ml cannot "
+            f"tell whether the job's GPUs need NVLink; write parallel=data if each GPU "
+            f"holds a whole copy of the model (GPUs without NVLink may run it), "
+            f"parallel=tensor if the GPUs split the model (NVLink kept), or leave the "
+            f"key out")
+    return kind
