@@ -923,9 +923,10 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
     for name in teams:
         got = [next((t for t in s.teams if t.team == name), None) for s in summaries]
         if any(s.offered_load is not None for s in summaries):
+            # Ai2's ratio only: the policy's running ratio (in JSON) reads as a second,
+            # different answer to the same question
             row(f"{name} delivered/owed (Ai2)",
                 [s.ai2[name].ratio if name in s.ai2 else None for s in summaries], "pct")
-            row(f"{name} running ratio", [t.judged_ratio if t else None for t in got], "pct")
         else:
             row(f"{name} delivered/owed", [t.judged_ratio if t else None for t in got], "pct")
         row(f"{name} slowdown p50", [t.slowdown_p50 if t else None for t in got], "x")

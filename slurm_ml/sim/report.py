@@ -261,7 +261,7 @@ def _teams_table(s: Summary) -> str:
             _num(a.owed_gpu_h if a else None, 0),
             _num(a.delivered_owed_gpu_h if a else None, 0),
             _pct(a.ratio if a else None),
-            judged if flag is None else f"no: FLAGGED, {flag.why}",
+            judged if flag is None else "no: FLAGGED (see above)",
             str(t.jobs),
             str(t.finished),
             _num(t.gpu_h_run, 0),
@@ -275,7 +275,7 @@ def _teams_table(s: Summary) -> str:
             "team",
             "share (GPUs)",
             "entitled (GPU-h)",
-            "asked for (GPU-h)",
+            "offered (GPU-h)",
             "owed (GPU-h)",
             "delivered toward owed (GPU-h)",
             "delivered/owed (Ai2)",
@@ -369,9 +369,9 @@ def render_html(
     chart_failures: Mapping[str, Mapping[str, str]] | None = None,
     clock: TraceClock | None = None,
 ) -> str:
-    """The page: scenario, the six targets, the side-by-side table, flagged teams,
-    per-team tables, charts (or, for a chart in ``chart_failures``, a note saying what
-    failed and what to do)."""
+    """The page: the six targets first, the side-by-side table, flagged teams, per-team
+    tables, charts (or, for a chart in ``chart_failures``, a note saying what failed and
+    what to do), then the scenario."""
     failed = chart_failures or {}
     time_axis = clock or TraceClock()
     parts = [
@@ -379,7 +379,6 @@ def render_html(
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
-        _section("Scenario", lambda: _scenario_table(scenario)),
         _section("Outcome targets", lambda: _targets_table(summaries)),
         _section("Side by side", lambda: _side_by_side(summaries)),
         _section("Teams the fairness targets do not judge", lambda: _flagged(summaries)),
@@ -388,6 +387,8 @@ def render_html(
         parts.append(_section(f"Teams under {s.policy}", functools.partial(_teams_table, s)))
     parts.append(_section("Charts", lambda: _time_note(time_axis, summaries)))
     parts += [_figure(name, caption, failed.get(name)) for name, caption in charts]
+    parts.append(_section("Scenario (everything a rerun needs)",
+                          lambda: _scenario_table(scenario)))
     parts += [
         "<h2>How the numbers are defined</h2>",
         f"<pre>{escape(metrics.__doc__ or '')}</pre>",

@@ -249,8 +249,7 @@ def delivered_vs_owed(
             ax.grid(alpha=0.3)
             clock.style(ax)
     axes[0, 1].set_ylim(0, 1.05)
-    for ax in axes[-1]:
-        ax.set_xlabel(clock.label(window))
+    fig.supxlabel(clock.label(window), fontsize=10)  # once: it is long for one column
     handles, labels = _team_handles(styles, teams, area=False)
     labels = [f"{lab} (not judged)" if team in unjudged else lab
               for lab, team in zip(labels, sorted(teams), strict=True)]
@@ -266,8 +265,9 @@ def delivered_vs_owed(
     plt.close(fig)
 
 
-#: Wait axis ticks a reader knows: a second, a minute, ten minutes, an hour, a day, a week.
-_WAIT_TICKS = (1.0, 60.0, 600.0, 3600.0, 86400.0, 7 * 86400.0)
+#: Wait axis ticks a reader knows.
+_WAIT_TICKS = {1.0: "1 s", 60.0: "1 min", 600.0: "10 min", 3600.0: "1 h", 86400.0: "1 day",
+               7 * 86400.0: "1 week"}
 
 
 def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summary],
@@ -308,7 +308,7 @@ def wait_cdfs(path: Path, results: Sequence[SimResult], summaries: Sequence[Summ
             n = ", ".join(f"{text(p)} n={c}" for p, c in counts.items())
         ax.set_title(f"{kind} jobs" + (f" ({n})" if counts else ""), fontsize=10)
         ax.set_xscale("log")
-        ax.set_xticks(_WAIT_TICKS, [human_duration(t) for t in _WAIT_TICKS])
+        ax.set_xticks(list(_WAIT_TICKS), list(_WAIT_TICKS.values()))
         ax.minorticks_off()
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3, which="both")
@@ -466,8 +466,8 @@ def idle_while_waiting(path: Path, results: Sequence[SimResult],
         frac = s.idle_waiting_frac
         ax.set_title(
             f"{text(s.policy)}: GPUs free while jobs waited"
-            + ("" if frac is None else f" ({frac * 100:.1f}% of capacity after the warm-up, "
-               f"{s.idle_waiting_gpu_h or 0:,.0f} GPU-hours)"),
+            + ("" if frac is None else f" ({frac * 100:.1f}% of capacity after the warm-up: "
+               f"{s.idle_waiting_gpu_h or 0:,.0f} GPU-h)"),
             fontsize=10)
         ax.set_ylabel("GPUs")
         ax.set_yscale("symlog", linthresh=max(1.0, r.cluster_gpus / 100))
