@@ -379,8 +379,8 @@ def _plan_cycle(cfg: Config, obs: Observation) -> Plan:
         lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
         queue=ObservedQueue(table, coming),
         room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
-        total_gpus=cfg.total_gpus(), held_back=acted | graced))
-    targets = {**cycle.site_factors, **cycle.lane_factors}
+        total_gpus=cfg.total_gpus(), held_back=acted | graced, gangs=table.gangs))
+    targets = {**cycle.site_factors, **cycle.raised}
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     # None: sprio does not list the job (held, dependency, begin time, a requeued job's
     # restart delay); pushing it every cycle would change nothing visible. It is set in

@@ -18,6 +18,7 @@ from slurm_ml.policy.admission import contract_min_runtime_s
 from slurm_ml.policy.admission.features import gpu_type_terms, parse_constraint
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.fairshare import Footprint, PendingJob, is_short_job
+from slurm_ml.policy.fairshare.gang import GangJob, is_gang
 from slurm_ml.policy.fairshare.lane import LaneJob, is_short_work
 from slurm_ml.policy.pending import ExcludedPending, code_of, wait_of, waits_for_gpus
 from slurm_ml.policy.reclaim import CompletingJob, GpuSample, OrphanReport
@@ -322,6 +323,15 @@ class CycleJobs:
                     reason=j.reason, order=order)
             out.append(got)
         return out
+
+    @functools.cached_property
+    def gangs(self) -> list[GangJob]:
+        """The waiting alloc jobs the gang rule may raise (``fairshare.gang.is_gang``):
+        none when the rule is off."""
+        fcfg = self._cfg.policy.fairshare
+        return [GangJob(job_id=j.job_id, gpus=gpus, submit=j.submit_time or 0, nice=j.nice)
+                for j, gpus, _protected in self._waiting_rows
+                if j.qos == ALLOC_QOS and j.submit_time is not None and is_gang(gpus, fcfg)]
 
     @functools.cached_property
     def lane(self) -> tuple[list[LaneJob], list[LaneJob]]:

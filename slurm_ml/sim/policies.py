@@ -34,7 +34,8 @@ from slurm_ml.policy.contracts import (
     PreemptionLedger,
     Requeue,
 )
-from slurm_ml.policy.fairshare import FairShare, PendingJob, lane
+from slurm_ml.policy.fairshare import FairShare, PendingJob, gang, lane
+from slurm_ml.policy.fairshare.gang import GangJob
 from slurm_ml.policy.fairshare.tree import fair_tree_order, level_fs
 from slurm_ml.policy.placement import NodeMap
 from slurm_ml.sim import state as es
@@ -177,7 +178,8 @@ class Budget(Policy):
         self._lane_jobs: dict[int, lane.LaneJob | None] = {}
         self._lane_pending: dict[int, Task] = {}  # queued lane work, as of the last cycle
         self._class_factor: dict[tuple[str, str, int, bool], int] = {}  # the last cycle's
-        self._laned: set[int] = set()  # the last cycle's lane members
+        self._laned: set[int] = set()  # the last cycle's raised jobs: lane members, gangs
+        self._gangs: dict[int, Task] = {}  # queued gangs (``gang.is_gang``), as of the last cycle
         #: the running jobs, and the lane work among them, as of ``running_changes``
         self._running: tuple[int, list[RunningJob], list[lane.LaneJob]] = (-1, [], [])
         #: the last cycle with nothing waiting: ``running_changes`` then, and its decision
@@ -232,6 +234,7 @@ class Budget(Policy):
         cfg = st.cfg
         now = st.stamp(st.now)
         lane_pending = self._lane_queued(st)
+        gangs = self._gangs_queued(st)
         idle = not decide and not st.pending
         if idle and self._idle is not None and self._idle[0] == st.running_changes:
             # Nothing waits, as at the last such cycle, and no job has started or stopped
@@ -255,10 +258,10 @@ class Budget(Policy):
             pending=reps.values(), lane_pending=lane_pending, lane_running=lane_running,
             running=running, ledger=st.preemption_ledger(), queue=SimQueue(st),
             room=SimRoom(st, running), total_gpus=st.cluster.total,
-            capacity=st.capacity), requeue=self.contract, priced=priced,
+            capacity=st.capacity, gangs=gangs), requeue=self.contract, priced=priced,
             fair_when_idle=decide)
         self._idle = (st.running_changes, out) if idle else None
-        laned = out.lane_factors
+        laned = out.raised
         if not self.contract:
             return CycleOutcome(fair=out.fair, sorted=True)
         requeues = list(out.all_requeues)
@@ -284,7 +287,7 @@ class Budget(Policy):
         class's value."""
         by_class.update((cls, decision.site_factors[rep.job_id]) for cls, rep in reps.items())
         self.lane_held = dict(decision.lane.held)
-        if self._rekey(st, by_class, decision.lane_factors):  # else still in key order
+        if self._rekey(st, by_class, decision.raised):  # else still in key order
             st.pending.sort(key=es.task_key)
         # no fair share: nothing waited, so no account was ranked (``reconcile``)
         standings = decision.fair.standings if decision.fair is not None else ()
@@ -337,6 +340,21 @@ class Budget(Policy):
                             if self.lane_cap > 0 else [])
             self._running = (st.running_changes, running, lane_running)
         return running, lane_running
+
+    def _gangs_queued(self, st: SimState) -> list[GangJob]:
+        """The gangs queued (the daemon's ``views.CycleJobs.gangs``), kept from cycle to
+        cycle as the lane's work is; none when the rule is off."""
+        fcfg = st.cfg.policy.fairshare
+        if not gang.rule_on(fcfg):
+            return []
+        queued = self._gangs
+        for task in st.fresh:
+            if task.qos == ALLOC_QOS and gang.is_gang(task.spec.gpus, fcfg):
+                queued[task.spec.job_id] = task
+        for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
+            del queued[job_id]
+        return [GangJob(job_id=j, gpus=t.spec.gpus, submit=st.stamp(t.spec.submit_s))
+                for j, t in queued.items()]
 
     def _lane_queued(self, st: SimState) -> list[lane.LaneJob]:
         """The lane work queued, kept from cycle to cycle: the last cycle's queue, plus

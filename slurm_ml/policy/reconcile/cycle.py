@@ -6,7 +6,8 @@ slurmdbd's reports, or the simulated state. The order of the steps lives here on
 
 1. fair share over the window's footprints;
 2. each pending job's SiteFactor from it;
-3. the fast lane and its members' SiteFactor;
+3. the fast lane and its members' SiteFactor, and the gangs raised after their wait
+   (``fairshare.gang``), both laid over the bands' values (``CycleDecision.raised``);
 4. the contracts' requeues for starved jobs;
 5. the lane's own requeues, on the room step 4 leaves.
 
@@ -29,7 +30,7 @@ not a name bound at import), so that a test that swaps one changes both drivers.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from slurm_ml.config import Config, ContractsConfig
@@ -37,7 +38,15 @@ from slurm_ml.config.rules import associations
 from slurm_ml.policy import contracts, fairshare, lane_requeue
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
 from slurm_ml.policy.contracts import AllocationPosition, PreemptionLedger, Requeue
-from slurm_ml.policy.fairshare import FairShare, Footprint, FootprintLedger, PendingJob, lane
+from slurm_ml.policy.fairshare import (
+    FairShare,
+    Footprint,
+    FootprintLedger,
+    PendingJob,
+    gang,
+    lane,
+)
+from slurm_ml.policy.fairshare.gang import GangJob
 from slurm_ml.policy.fairshare.lane import Lane, LaneJob
 from slurm_ml.policy.placement import NodeMap
 
@@ -86,6 +95,8 @@ class CycleInput:
     total_gpus: int
     capacity: float | None = None  # billing GPUs; None: from the config
     held_back: Collection[int] = frozenset()
+    #: the pending gangs (``fairshare.gang.is_gang``): none when the rule is off
+    gangs: Sequence[GangJob] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,16 @@ class CycleDecision:
     starved: tuple[WaitingJob, ...] = ()
     requeues: tuple[Requeue, ...] = ()  # the contracts'
     lane_requeues: tuple[Requeue, ...] = ()  # the lane's own, after the contracts'
+    #: the gangs raised after their wait (``fairshare.gang``), to lay over ``site_factors``
+    gang_factors: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def raised(self) -> dict[int, int]:
+        """The SiteFactors laid over the bands' values: raised gangs, then lane members
+        (a job in both takes the lane's, the higher)."""
+        if not self.gang_factors:
+            return self.lane_factors
+        return {**self.gang_factors, **self.lane_factors}
 
     @property
     def all_requeues(self) -> tuple[Requeue, ...]:
@@ -142,8 +163,10 @@ def reconcile(cfg: Config, inp: CycleInput, *, requeue: bool = True,
         positions = contracts.allocation_positions(fair, inp.running)
     members = fast_lane(cfg, inp.lane_pending, inp.lane_running, inp.total_gpus)
     laned = lane.lane_site_factors(members, inp.lane_pending, fcfg)
+    gangs = (gang.gangs_first(inp.gangs, inp.now, fcfg, associations(cfg.budgets))
+             if inp.gangs else {})
     decision = CycleDecision(now=inp.now, fair=fair, site_factors=factors, lane=members,
-                             lane_factors=laned, positions=positions)
+                             lane_factors=laned, positions=positions, gang_factors=gangs)
     if priced is not None:
         priced(decision)
     if not requeue:
