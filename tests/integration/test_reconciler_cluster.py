@@ -220,6 +220,29 @@ def test_under_served_program_ranks_first_in_sprio_and_budget_status(
     assert answer["admission"]["qos"] == "alloc"
 
 
+def test_a_gang_that_has_waited_goes_above_every_band(
+        cfgs: dict[str, Path], dsn: str, queued: dict[str, int], tmp_path: Path) -> None:
+    """nlp ranks below vision, but nlp's two-node gang that has waited 3 s (the rule's
+    threshold here) gets a SiteFactor above vision's band, so Slurm reserves for it; with
+    the rule off (``rank``) the same gang sits in nlp's band."""
+    cfg = write_config(tmp_path / "gang.yaml", contracts={"preempt_cap_fraction": 0.01},
+                       fairshare={"gang_min_gpus": 16, "gang_first_after_min": 0.05})
+    gang = sbatch("alice", "llm-pretrain", "-N", "2", "--gres=gpu:a100_80g:8", "--wrap",
+                  "sleep 900")
+    try:
+        wait_state(gang, {"PENDING"}, timeout_s=120)
+        time.sleep(5)
+        cycle = daemon(cfg, dsn)
+        assert cycle["outcome"] == "acted", cycle
+        site = sprio_site([gang, queued["vision"], queued["nlp"]])
+        assert site[gang] > site[queued["vision"]] > site[queued["nlp"]], site
+        daemon(cfgs["rank"], dsn)
+        site = sprio_site([gang, queued["nlp"]])
+        assert site[gang] == site[queued["nlp"]], site
+    finally:
+        proc.run(["scancel", str(gang)], check=False)
+
+
 def test_resumable_over_served_job_is_requeued_for_the_starved_one(
         cfgs: dict[str, Path], dsn: str, workload: dict[str, int],
         queued: dict[str, int]) -> None:
