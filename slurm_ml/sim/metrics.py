@@ -788,11 +788,19 @@ def judged_occupancy(summary: Summary) -> float | None:
     return steady if steady is not None else summary.occupancy
 
 
+def occupancy_bound(baseline: float | None) -> float:
+    """The occupancy a policy must reach: 95%, or, where the baseline (fifo's judged
+    occupancy of the same workload) is under 95% itself, the baseline's less
+    ``OCCUPANCY_SLACK``: a workload that cannot fill the cluster under fifo cannot under
+    any policy, and the target then asks only that the policy costs no more than that."""
+    if baseline is not None and baseline < 0.95:
+        return baseline - OCCUPANCY_SLACK
+    return 0.95
+
+
 def _occupancy_check(summary: Summary, occupancy: float | None,
                      baseline: Summary | None) -> TargetCheck:
-    """>= 95%, or within ``OCCUPANCY_SLACK`` of the baseline's where the baseline itself
-    is under 95%: a workload that cannot fill the cluster under fifo cannot under any
-    policy, and the target then asks only that the policy costs no more than that."""
+    """:func:`occupancy_bound` of the baseline, with the reason."""
     what = (f"busy GPU time over {summary.cluster_gpus} GPUs after the "
             f"{human_duration(summary.warmup_s)} warm-up (the simulated cluster starts "
             "empty)" if summary.steady_occupancy is not None else
@@ -800,8 +808,8 @@ def _occupancy_check(summary: Summary, occupancy: float | None,
             f"{human_duration(summary.sampled_s)} sampled" if occupancy is not None
             else "no samples")
     base = judged_occupancy(baseline) if baseline is not None else None
-    if base is not None and base < 0.95:
-        bound = base - OCCUPANCY_SLACK
+    bound = occupancy_bound(base)
+    if base is not None and bound < 0.95:
         return _check("occupancy", occupancy, ">=", bound, what,
                       bound=f"{_fmt(bound, 'pct')}: {BASELINE_POLICY}'s "
                             f"{_fmt(base, 'pct')}, under 95% itself, less half a point")
