@@ -910,7 +910,7 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[tuple[str, list[str]]]
                 [s.type_occupancy.get(pool) for s in summaries], "pct")
     row("GPUs idle while jobs waited (share of capacity)",
         [s.idle_waiting_frac for s in summaries], "pct")
-    row("  as GPU-hours", [s.idle_waiting_gpu_h for s in summaries], "n")
+    row("  as GPU-hours", [s.idle_waiting_gpu_h for s in summaries], "x")
     row("fragmentation index", [s.fragmentation for s in summaries], "pct")
     row("teams not judged and below 95% (flagged)",
         [len(flagged_teams(s)) for s in summaries], "n")
