@@ -306,13 +306,16 @@ class Budget(Policy):
         for cls, value in by_class.items():
             if last.get(cls) != value:
                 todo.update(st.classes[cls])
+        # Only a job in the queue: one Slurm has just stopped (a preempted free job in
+        # its requeue) is PENDING before it is queued again, and gets its key then.
+        classes = st.classes
         for task in st.fresh:
-            if task.state == es.PENDING:
+            if task.spec.job_id in classes.get(es.job_class(task), ()):
                 todo[task.spec.job_id] = task
         by_id = st.by_id
         for job_id in (*self._laned, *laned):
             task = by_id[job_id]
-            if task.state == es.PENDING:
+            if job_id in classes.get(es.job_class(task), ()):
                 todo[job_id] = task
         self._class_factor = by_class
         self._laned = set(laned)

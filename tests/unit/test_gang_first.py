@@ -113,3 +113,4 @@ def test_in_the_simulator_a_raised_gang_starts_when_fifo_would_start_it() -> Non
     assert runs(simulate(cfg, jobs, "budget"))[2] == (5400, 6000)
     raised = with_gangs(cfg, min_gpus=8, after_min=10)
     assert runs(simulate(raised, jobs, "budget"))[2] == (3600, 4200)
+

@@ -363,3 +363,24 @@ def test_a_burst_of_debug_jobs_between_cycles_gets_only_the_lanes_room() -> None
     assert got[10] == (450, 1050) and got[11] == (450, 1050)
     assert got[2] == (450, 5450)
     assert got[12] == (1050, 1650)
+
+
+def test_a_job_stopped_for_its_requeue_is_not_keyed_before_it_is_queued_again() -> None:
+    """Slurm holds a free job it has just stopped until its next pass is over: the job is
+    PENDING but not queued. A cycle then must leave it alone (its key comes when it is
+    queued again); reading its class's value raised KeyError when its class had no other
+    queued job."""
+    from slurm_ml.sim.state import PENDING
+
+    cfg = cfg_with(TWO_NODES)
+    engine = Engine(cfg, [job(1, "a", 0, 4, 5000), job(2, "b", 0, 4, 5000),
+                          job(3, "a", 0, 2, 5000, min_runtime_s=0)], "budget")
+    next(engine.cycles())
+    st = engine.st
+    stopped = st.by_id[3]
+    assert stopped.state == PENDING and stopped in st.pending  # the nodes are full
+    st.left_pending(stopped)  # as if it had started and Slurm had just stopped it
+    st.pending.remove(stopped)
+    st.fresh.append(stopped)
+    engine.policy.cycle(st)  # the KeyError came from here
+    assert stopped not in st.pending
