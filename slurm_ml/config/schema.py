@@ -88,6 +88,9 @@ class FairshareConfig:
     short_job_boost: int = knob(250, ge(0))
     short_job_min_runtime_min: float = knob(15.0, ge(0))
     short_job_time_limit_min: float = knob(60.0, ge(0))
+    # Fault refunds: a run that ended (not COMPLETED) within this many seconds of
+    # slurm-ml draining one of its nodes is not charged (slurm_ml.policy.refunds).
+    refund_slack_s: float = knob(300.0, ge(0))
     # Gangs first after a wait: an alloc job of at least gang_min_gpus GPUs that has
     # waited gang_first_after_min since its submission gets a SiteFactor above every
     # team's band (the fast lane's band, without its short-work boost), the oldest first
@@ -96,9 +99,6 @@ class FairshareConfig:
     gang_min_gpus: int = knob(16, ge(1))
     gang_first_after_min: float = knob(0.0, ge(0))
     gang_first_count: int = knob(1, ge(0))
-    # Fault refunds: a run that ended (not COMPLETED) within this many seconds of
-    # slurm-ml draining one of its nodes is not charged (slurm_ml.policy.refunds).
-    refund_slack_s: float = knob(300.0, ge(0))
 
     def top_band(self, ranks: int) -> int:
         """The SiteFactor band of rank 1 among ``ranks``: every lower rank is a step less,
