@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -350,12 +350,8 @@ class Budget(Policy):
         fcfg = st.cfg.policy.fairshare
         if not gang.rule_on(fcfg):
             return []
-        queued = self._gangs
-        for task in st.fresh:
-            if task.qos == ALLOC_QOS and gang.is_gang(task.spec.gpus, fcfg):
-                queued[task.spec.job_id] = task
-        for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
-            del queued[job_id]
+        queued = _kept_queued(self._gangs, st, lambda t: (
+            t.qos == ALLOC_QOS and gang.is_gang(t.spec.gpus, fcfg)))
         return [GangJob(job_id=j, gpus=t.spec.gpus, submit=st.stamp(t.spec.submit_s))
                 for j, t in queued.items()]
 
@@ -364,14 +360,23 @@ class Budget(Policy):
         what has been queued since, less what has left."""
         if self.lane_cap <= 0:
             return []
-        queued = self._lane_pending
-        for task in st.fresh:
-            if self.lane_job(st, task) is not None:
-                queued[task.spec.job_id] = task
-        for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
-            del queued[job_id]
+        queued = _kept_queued(self._lane_pending, st,
+                              lambda t: self.lane_job(st, t) is not None)
         # lane_members takes them oldest first, whatever the order given
         return [j for t in queued.values() if (j := self.lane_job(st, t)) is not None]
+
+
+def _kept_queued(queued: dict[int, Task], st: SimState,
+                 keep: Callable[[Task], bool]) -> dict[int, Task]:
+    """``queued`` (job id -> task) kept from cycle to cycle: the last cycle's, plus the
+    jobs queued since that ``keep`` takes, less those no longer pending. Updated in
+    place and returned."""
+    for task in st.fresh:
+        if keep(task):
+            queued[task.spec.job_id] = task
+    for job_id in [j for j, t in queued.items() if t.state != es.PENDING]:
+        del queued[job_id]
+    return queued
 
 
 class SimQueue:
