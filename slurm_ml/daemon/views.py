@@ -331,7 +331,7 @@ class CycleJobs:
         fcfg = self._cfg.policy.fairshare
         return [GangJob(job_id=j.job_id, gpus=gpus, submit=j.submit_time or 0, nice=j.nice)
                 for j, gpus, _protected in self._waiting_rows
-                if j.qos == ALLOC_QOS and j.submit_time is not None and is_gang(gpus, fcfg)]
+                if j.submit_time is not None and is_gang(gpus, fcfg, j.qos)]
 
     @functools.cached_property
     def lane(self) -> tuple[list[LaneJob], list[LaneJob]]:

@@ -350,8 +350,8 @@ class Budget(Policy):
         fcfg = st.cfg.policy.fairshare
         if not gang.rule_on(fcfg):
             return []
-        queued = _kept_queued(self._gangs, st, lambda t: (
-            t.qos == ALLOC_QOS and gang.is_gang(t.spec.gpus, fcfg)))
+        queued = _kept_queued(self._gangs, st,
+                              lambda t: gang.is_gang(t.spec.gpus, fcfg, t.qos))
         return [GangJob(job_id=j, gpus=t.spec.gpus, submit=st.stamp(t.spec.submit_s))
                 for j, t in queued.items()]
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurm_ml.config import FairshareConfig
+from slurm_ml.model import ALLOC_QOS
 from slurm_ml.policy.fairshare.lane import lane_site_factor
 from slurm_ml.policy.fairshare.standing import job_site_factor
 
@@ -30,6 +31,7 @@ class GangJob:
     gpus: int
     submit: int  # epoch seconds
     nice: int = 0
+    qos: str = ALLOC_QOS
 
 
 def rule_on(cfg: FairshareConfig) -> bool:
@@ -37,9 +39,10 @@ def rule_on(cfg: FairshareConfig) -> bool:
     return cfg.gang_first_after_min > 0 and cfg.gang_first_count > 0
 
 
-def is_gang(gpus: int, cfg: FairshareConfig) -> bool:
-    """Whether a job of ``gpus`` GPUs is a gang this rule may raise (never when off)."""
-    return rule_on(cfg) and gpus >= cfg.gang_min_gpus
+def is_gang(gpus: int, cfg: FairshareConfig, qos: str = ALLOC_QOS) -> bool:
+    """Whether a job of ``gpus`` GPUs in ``qos`` is a gang this rule may raise (never
+    when off, never free work)."""
+    return rule_on(cfg) and qos == ALLOC_QOS and gpus >= cfg.gang_min_gpus
 
 
 def gangs_first(gangs: Iterable[GangJob], now: int, cfg: FairshareConfig,
@@ -53,7 +56,7 @@ def gangs_first(gangs: Iterable[GangJob], now: int, cfg: FairshareConfig,
     if not rule_on(cfg):
         return {}
     due = now - cfg.gang_first_after_min * 60
-    waited = sorted((g for g in gangs if g.gpus >= cfg.gang_min_gpus and g.submit <= due),
+    waited = sorted((g for g in gangs if is_gang(g.gpus, cfg, g.qos) and g.submit <= due),
                     key=lambda g: (g.submit, g.job_id))
     value = lane_site_factor(cfg, associations)
     return {g.job_id: job_site_factor(value, g.nice, cfg)
