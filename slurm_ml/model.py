@@ -245,3 +245,28 @@ def expand_hosts(nodes: str) -> tuple[str, ...]:
         return tuple(str(n) for n in NodeSet(nodes, resolver=RESOLVER_NOGROUP))
     except NodeSetException:
         return ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobAccounting:
+    """One job as slurmdbd accounts it (``sacct``): what ``jobstats`` and ``efficiency``
+    read for jobs that slurmctld may have forgotten."""
+
+    job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: JobState
+    elapsed_s: int  # inside the window asked for, where one was (sacct --truncate)
+    alloc_cpus: int
+    alloc_gpus: int
+    nodes: str  # a host list
+    start: int | None
+    end: int | None
+    admin_comment: str = ""
+    #: CPU seconds of every step; None where Slurm gathered none (see ``slurm.accounting``)
+    total_cpu_s: float | None = None
+    req_mem_mb: int | None = None  # per node, as ReqMem says
+    max_rss_mb: int | None = None  # the largest MaxRSS of any step; None: not gathered
+    gpu_type: str | None = None  # the GPU type of the allocation, where AllocTRES names one

@@ -179,6 +179,8 @@ class StoreContract:
         h1, h2, s, u, b1, b2, d1, d2, a = records
         assert store.recent_health_events() == [h2, h1]  # same time: newest insert first
         assert store.job_gpu_stats_for("alice", "llama-ft") == [s]
+        assert store.job_gpu_stats_of(s.job_id) == [s]
+        assert store.job_gpu_stats_of(s.job_id + 1) == []
         assert store.util_samples_for(42) == [u]
         assert store.budget_snapshots() == [b1, b2]
         assert store.decisions_for_job(42) == [d1]

@@ -20,6 +20,7 @@ from slurm_ml.cli import (
     db,
     deploy,
     devcluster,
+    efficiency,
     health,
     quarantine,
     reconciler,
@@ -64,4 +65,5 @@ main.add_command(deploy.uninstall_cmd)     # uninstall
 main.add_command(reconciler.daemon_cmd)    # daemon
 main.add_command(reconciler.budget)        # budget status
 main.add_command(reconciler.why_cmd)       # why
+main.add_command(efficiency.jobstats_cmd)  # jobstats
 main.add_command(simulate.sim_cmd)         # sim

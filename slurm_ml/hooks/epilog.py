@@ -5,7 +5,9 @@
    SIGTERM, wait, SIGKILL, re-check. A survivor is a ``process.leftover`` drain. Without
    a snapshot (probe timed out) there is no GPU process list: nothing is killed, and
    Slurm's proctrack has already ended the job's tasks. Then record the job's per-GPU
-   stats (``hooks.stats``: the true peak comes from the utilisation samples).
+   stats (``hooks.stats``: the true peak comes from the utilisation samples) and write
+   its efficiency summary into its AdminComment (``hooks.job_summary``), which
+   ``slurm-ml jobstats`` reads once the samples are gone.
 3. Post-job checks on the job's GPUs, against the counters the prolog saved: a pending
    remap or page retirement (DRAIN_AFTER_JOB), a lifetime uncorrectable ECC delta during
    the job, or any drain-now finding drains the node *now*, through the breaker.
@@ -34,12 +36,14 @@ from slurm_ml.hooks.baseline import load_baseline
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
 from slurm_ml.hooks.common import DEFAULT_THRESHOLDS, jobs_on_node, node_expectations
 from slurm_ml.hooks.deadline import take_snapshot
+from slurm_ml.hooks.job_summary import SummaryWrite, write_summary
 from slurm_ml.hooks.jobenv import JobEnv, JobEnvError, job_env
 from slurm_ml.hooks.kill import KillResult, gpu_pids, kill_job_processes
 from slurm_ml.hooks.procs import ProcessTable
 from slurm_ml.hooks.record import Recorder, finding_events, run_key
 from slurm_ml.hooks.shm import ShmResult, clean_shm
 from slurm_ml.hooks.stats import JobInfo, job_gpu_stats
+from slurm_ml.model import Job
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
 from slurm_ml.store.protocol import Store
@@ -64,6 +68,7 @@ class EpilogOutcome:
     shm: ShmResult | None = None
     stats_recorded: int = 0
     store_errors: tuple[str, ...] = ()
+    summary: SummaryWrite | None = None
 
 
 def run_epilog(env: Mapping[str, str], *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
@@ -86,13 +91,18 @@ def run_epilog(env: Mapping[str, str], *, cfg: Config, probe: GpuProbe, slurm: S
     pids = gpu_pids(snap) if snap is not None else {}
     kill = kill_job_processes(pids, job.job_id, procs, sleep=sleep, term_wait_s=term_wait_s,
                               kill_wait_s=kill_wait_s)
-    info = _job_info(job, slurm)
-    stats = 0
-    if snap is not None and info is not None and job.gpus:
+    slurm_job = _lookup(job.job_id, slurm)
+    info = _job_info(job, slurm_job)
+    stats, summary = 0, None
+    if info is not None and job.gpus:
         samples = rec.read("util samples", lambda s: s.util_samples_for(info.job_id)) or []
         gpu_type = None if known is None else known[0].gpu_type
-        stats = rec.write_all(job_gpu_stats(snap, info, job.gpus, job_pids=kill.targets,
-                                            samples=samples, gpu_type=gpu_type, now=now))
+        rows = (job_gpu_stats(snap, info, job.gpus, job_pids=kill.targets, samples=samples,
+                              gpu_type=gpu_type, now=now) if snap is not None else [])
+        stats = rec.write_all(rows)
+        summary = write_summary(job.job_id, job.node, cfg=cfg, slurm=slurm, snap=snap,
+                                samples=samples, stats=rows, job=slurm_job, now=now,
+                                sleep=sleep)
     findings = [failure] if failure is not None else []
     if snap is not None and known is not None:
         previous = (load_baseline(baseline_dir, job.job_id, job.node)
@@ -112,9 +122,10 @@ def run_epilog(env: Mapping[str, str], *, cfg: Config, probe: GpuProbe, slurm: S
     action = drain.outcome if drain is not None else "recorded" if findings else "clean"
     message = (f"{job.node} job {job.job_id}: {action}; killed {len(kill.targets)} GPU "
                f"process(es), {len(kill.survivors)} survived; shm "
-               f"{'removed ' + str(len(shm.removed)) if shm.ran else 'skipped: ' + shm.why}")
+               f"{'removed ' + str(len(shm.removed)) if shm.ran else 'skipped: ' + shm.why}"
+               f"{'; summary ' + str(summary) if summary is not None else ''}")
     return EpilogOutcome(0, action, message, tuple(findings), kill, drain, shm, stats,
-                         tuple(rec.errors))
+                         tuple(rec.errors), summary)
 
 
 def _after_job(f: Finding) -> Finding:
@@ -138,22 +149,26 @@ def _survivors(kill: KillResult, pids: Mapping[int, tuple[int, ...]], job_id: in
         for gpu, alive in sorted(per_gpu.items(), key=lambda kv: -1 if kv[0] is None else kv[0])]
 
 
-def _job_info(job: JobEnv, slurm: SlurmClient) -> JobInfo | None:
+def _lookup(job_id: int, slurm: SlurmClient) -> Job | None:
+    """The job as slurmctld still holds it (COMPLETING while the epilog runs)."""
+    try:
+        found = slurm.list_jobs(job_ids=[job_id])
+    except SlurmError as exc:
+        log.warning("cannot look up job %s: %s", job_id, exc)
+        return None
+    return next((j for j in found if j.job_id == job_id), None)
+
+
+def _job_info(job: JobEnv, j: Job | None) -> JobInfo | None:
     """Name, user and account from the environment, else from Slurm."""
     assert job.job_id is not None
+    started = (datetime.fromtimestamp(j.start_time, UTC)
+               if j is not None and j.start_time is not None else None)
     if job.user is not None and job.name is not None and job.account is not None:
-        return JobInfo(job.job_id, job.user, job.name, job.account)
-    try:
-        found = slurm.list_jobs(job_ids=[job.job_id])
-    except SlurmError as exc:
-        log.warning("cannot look up job %s: %s", job.job_id, exc)
-        found = []
-    j = found[0] if found else None
+        return JobInfo(job.job_id, job.user, job.name, job.account, started)
     user = job.user or (j.user if j is not None else None)
     if not user:
         return None
-    started = (datetime.fromtimestamp(j.start_time, UTC)
-               if j is not None and j.start_time is not None else None)
     return JobInfo(job.job_id, user, job.name or (j.name if j else ""),
                    job.account or (j.account if j else ""), started)
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot
+from slurm_ml.policy.reclaim import GpuSample
 from slurm_ml.store.records import JobGpuStats, UtilSample, derive_key
 
-__all__ = ["JobInfo", "job_gpu_stats", "util_samples"]
+__all__ = ["JobInfo", "gpu_samples_of", "job_gpu_stats", "number", "util_samples"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,20 +30,20 @@ class JobInfo:
     started_at: datetime | None = None
 
 
-def _num(value: object) -> float | None:
+def number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
 def _pct(value: object) -> float | None:
-    n = _num(value)
+    n = number(value)
     return None if n is None else min(100.0, max(0.0, n))
 
 
 def _job_mem(g: Gpu, pids: Iterable[int]) -> float | None:
     mine = set(pids)
-    values = [_num(p.used_memory_mb) for p in g.processes or () if p.pid in mine]
+    values = [number(p.used_memory_mb) for p in g.processes or () if p.pid in mine]
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
@@ -59,7 +60,7 @@ def job_gpu_stats(snap: NodeSnapshot, job: JobInfo, gpus: Sequence[int], *,
         g = by_index.get(i)
         mem = [float(s.mem_used_mb) for s in mine]
         if g is not None:
-            mem += [m for m in (_num(g.memory_used_mb), _job_mem(g, pids)) if m is not None]
+            mem += [m for m in (number(g.memory_used_mb), _job_mem(g, pids)) if m is not None]
         if not mem:
             continue
         util = (sum(s.util_pct for s in mine) / len(mine) if mine
@@ -82,7 +83,7 @@ def util_samples(snap: NodeSnapshot, gpu_jobs: Mapping[int, int], *,
     for i, job_id in sorted(gpu_jobs.items()):
         g = by_index.get(i)
         util = None if g is None else _pct(g.utilization_gpu_pct)
-        mem = None if g is None else _num(g.memory_used_mb)
+        mem = None if g is None else number(g.memory_used_mb)
         if util is None or mem is None:
             continue
         out.append(UtilSample(
@@ -90,3 +91,10 @@ def util_samples(snap: NodeSnapshot, gpu_jobs: Mapping[int, int], *,
             job_id=job_id, node=snap.node, gpu_index=i, sampled_at=now, util_pct=util,
             mem_used_mb=max(0, int(mem))))
     return out
+
+
+def gpu_samples_of(rows: Iterable[UtilSample]) -> list[GpuSample]:
+    """The store's samples as the policy reads them (epoch seconds)."""
+    return [GpuSample(job_id=s.job_id, node=s.node, gpu=s.gpu_index,
+                      at=int(s.sampled_at.timestamp()), util_pct=s.util_pct,
+                      mem_mb=s.mem_used_mb) for s in rows]

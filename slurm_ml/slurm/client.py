@@ -15,8 +15,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from slurm_ml.config.schema import signal_name
-from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.model import Job, JobAccounting, JobState, JobUsage, Node
 from slurm_ml.slurm import parse
+from slurm_ml.slurm.accounting import ACCOUNTING_FIELDS, parse_accounting
 from slurm_ml.slurm.accounts import parse_default_accounts
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmParseError
@@ -219,13 +220,40 @@ class CliSlurm:
         return parse.parse_sacct_usage(text, start, end)
 
     def _sacct(self, start: int, end: int) -> str:
-        runner = SlurmRunner(env={**self.run.env, "SLURM_TIME_FORMAT": "%s"},
-                             timeout_s=max(self.run.timeout_s, 120))
-        return runner(
+        return self._sacct_env(120)(
             ["sacct", "-a", "-X", "-P", "-n", "--truncate", "--duplicates",
              f"--starttime={_sacct_time(start)}", f"--endtime={_sacct_time(end)}",
              f"--format={','.join(parse.SACCT_FIELDS)}"]
         )
+
+    def job_accounting(self, job_id: int) -> JobAccounting | None:
+        """``sacct -j``: the job's newest run with its steps folded in (slurmdbd keeps it
+        after slurmctld forgets the job)."""
+        text = self._sacct_env()(["sacct", "-P", "-n", f"--jobs={job_id}",
+                                  f"--format={','.join(ACCOUNTING_FIELDS)}"])
+        rows = [a for a in parse_accounting(text) if a.job_id == job_id]
+        return rows[-1] if rows else None
+
+    def accounted_jobs(self, start: int, end: int) -> list[JobAccounting]:
+        """Every job allocation that overlapped [start, end), elapsed clipped to it."""
+        text = self._sacct_env(120)(
+            ["sacct", "-a", "-X", "-P", "-n", "--truncate",
+             f"--starttime={_sacct_time(start)}", f"--endtime={_sacct_time(end)}",
+             f"--format={','.join(ACCOUNTING_FIELDS)}"])
+        return parse_accounting(text, window=(start, end))
+
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        """Replace the AdminComment slurmdbd holds for the job. The only way once the job
+        has ended: slurmctld refuses ``scontrol update`` then ("Job has already finished",
+        22.05.8), and its own copy is written to slurmdbd when the job completes, so a
+        value set before that is lost. sacctmgr turns every double quote into a backtick
+        (see ``read_record``)."""
+        self.run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set",
+                  f"AdminComment={text}"])
+
+    def _sacct_env(self, min_timeout_s: float = 0) -> SlurmRunner:
+        return SlurmRunner(env={**self.run.env, "SLURM_TIME_FORMAT": "%s"},
+                           timeout_s=max(self.run.timeout_s, min_timeout_s))
 
     def list_runaway_jobs(self) -> list[int]:
         out = self.run(["sacctmgr", "-n", "-P", "show", "runawayjobs"], input_text="N\n")

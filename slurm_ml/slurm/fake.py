@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ml.model import GpuRequest, Job, JobState, JobUsage, Node
+from slurm_ml.model import GpuRequest, Job, JobAccounting, JobState, JobUsage, Node
 from slurm_ml.slurm.batching import site_factor_scripts
 from slurm_ml.slurm.errors import SlurmCommandError
 from slurm_ml.slurm.priority import PriorityParts
@@ -38,6 +38,8 @@ class FakeSlurm:
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.jobs: dict[int, Job] = {}
         self.usage: list[JobUsage] = []
+        #: slurmdbd's job records (sacct -j, accounted_jobs); tests add them
+        self.accounting: dict[int, JobAccounting] = {}
         self.runaway: set[int] = set()
         #: user → DefaultAccount, for default_accounts() (sacctmgr show user)
         self.user_default_accounts: dict[str, str] = {}
@@ -141,6 +143,29 @@ class FakeSlurm:
             if hi > lo:
                 out.append(replace(u, elapsed_s=hi - lo))
         return out
+
+    def job_accounting(self, job_id: int) -> JobAccounting | None:
+        self._call("sacct", "-j")
+        return self.accounting.get(job_id)
+
+    def accounted_jobs(self, start: int, end: int) -> list[JobAccounting]:
+        self._call("sacct", "-X")
+        out = []
+        for a in self.accounting.values():
+            if a.start is None:
+                continue
+            lo, hi = max(a.start, start), min(a.end if a.end is not None else end, end)
+            if hi > lo:
+                out.append(replace(a, elapsed_s=hi - lo))
+        return sorted(out, key=lambda a: a.job_id)
+
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        """As sacctmgr does: every double and single quote becomes a backtick."""
+        self._call("sacctmgr", "modify", "job")
+        if job_id not in self.accounting:
+            raise SlurmCommandError(("sacctmgr",), 1, " Nothing modified")
+        self.accounting[job_id] = replace(
+            self.accounting[job_id], admin_comment=text.replace('"', "`").replace("'", "`"))
 
     def set_site_factor(self, factors: Mapping[int, int]) -> int:
         scripts = site_factor_scripts(factors, self.batch_size)

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_ml.model import Job, JobState, JobUsage, Node
+from slurm_ml.model import Job, JobAccounting, JobState, JobUsage, Node
 from slurm_ml.slurm.priority import PriorityParts
 from slurm_ml.slurm.version import SlurmVersion
 
@@ -83,6 +83,19 @@ class SlurmClient(Protocol):
     def list_nodes(self) -> list[Node]: ...
 
     def job_usage(self, start: int, end: int) -> list[JobUsage]: ...
+
+    def job_accounting(self, job_id: int) -> JobAccounting | None:
+        """The job as slurmdbd accounts it (its newest run); None when it has no record."""
+        ...
+
+    def accounted_jobs(self, start: int, end: int) -> list[JobAccounting]:
+        """Every job allocation that overlapped [start, end), elapsed clipped to it."""
+        ...
+
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        """Replace the job's AdminComment in slurmdbd (an ended job's only copy that
+        lasts); SlurmCommandError when slurmdbd changed nothing."""
+        ...
 
     def set_site_factor(self, factors: Mapping[int, int]) -> int: ...
 

@@ -165,6 +165,11 @@ class FakeStore(OneWritePath):
         )
         return out[:limit]
 
+    def job_gpu_stats_of(self, job_id: int) -> list[JobGpuStats]:
+        rows = self._select(JobGpuStats, lambda s: s.job_id == job_id, lambda s: s.ended_at,
+                            newest_first=False)
+        return sorted(rows, key=lambda s: (s.node, s.gpu_index))  # stable: oldest first within
+
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._select(
             ReconcilerDecision, lambda d: d.job_id == job_id, lambda d: d.decided_at,

@@ -50,6 +50,9 @@ class OfflineStore(OneWritePath):
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
         self._down()
 
+    def job_gpu_stats_of(self, job_id: int) -> list[JobGpuStats]:
+        self._down()
+
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         self._down()
 

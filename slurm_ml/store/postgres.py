@@ -145,6 +145,14 @@ ORDER BY ended_at DESC, id DESC
 LIMIT %(limit)s
 """
 
+_SELECT_JOB_GPU_STATS_OF: LiteralString = """
+SELECT idempotency_key, job_id, job_name, user_name AS "user", account, node, gpu_index,
+       peak_mem_mb, mean_util_pct, ended_at, started_at, gpu_type
+FROM job_gpu_stats
+WHERE job_id = %(job_id)s
+ORDER BY node, gpu_index, ended_at, id
+"""
+
 _SELECT_DECISIONS_FOR_JOB: LiteralString = """
 SELECT idempotency_key, cycle, job_id, kind, reason, decided_at, dry_run, details
 FROM decisions
@@ -512,6 +520,9 @@ class PostgresStore:
             _SELECT_JOB_GPU_STATS,
             {"user": user, "job_name": job_name, "limit": limit},
         )
+
+    def job_gpu_stats_of(self, job_id: int) -> list[JobGpuStats]:
+        return self._select(JobGpuStats, _SELECT_JOB_GPU_STATS_OF, {"job_id": job_id})
 
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._select(ReconcilerDecision, _SELECT_DECISIONS_FOR_JOB, {"job_id": job_id})

@@ -67,6 +67,10 @@ class Store(Protocol):
         """Per-GPU rows of that user's jobs with that name, newest ``ended_at`` first."""
         ...
 
+    def job_gpu_stats_of(self, job_id: int) -> list[JobGpuStats]:
+        """The epilog's per-GPU rows of one job (every run), by (node, GPU), oldest first."""
+        ...
+
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         """Oldest first (decided_at, then insertion order)."""
         ...

@@ -456,6 +456,9 @@ class SpoolingStore(OneWritePath):
     def job_gpu_stats_for(self, user: str, job_name: str, limit: int = 20) -> list[JobGpuStats]:
         return self._inner.job_gpu_stats_for(user, job_name, limit)
 
+    def job_gpu_stats_of(self, job_id: int) -> list[JobGpuStats]:
+        return self._inner.job_gpu_stats_of(job_id)
+
     def decisions_for_job(self, job_id: int) -> list[ReconcilerDecision]:
         return self._inner.decisions_for_job(job_id)
 

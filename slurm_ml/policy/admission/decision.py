@@ -102,12 +102,22 @@ class Before:
 
 
 def read_record(admin_comment: str) -> dict[str, object] | None:
-    """The slurm-ml record admission left in a job's AdminComment; None when there is
-    none or it is not a JSON object."""
+    """The slurm-ml record in a job's AdminComment; None when there is none or it is not
+    a JSON object.
+
+    The copy in slurmdbd may have every double quote turned into a backtick:
+    ``sacctmgr modify job ... set AdminComment=`` does that (22.05.8), and the epilog
+    writes its summary that way, after slurmctld stopped taking updates for the job. A
+    record with no double quote is read with its backticks turned back; slurm-ml never
+    writes a backtick of its own.
+    """
     if not admin_comment or not admin_comment.startswith(RECORD_PREFIX):
         return None
+    text = admin_comment[len(RECORD_PREFIX):]
+    if '"' not in text:
+        text = text.replace("`", '"')
     try:
-        record = json.loads(admin_comment[len(RECORD_PREFIX):])
+        record = json.loads(text)
     except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
