@@ -66,4 +66,5 @@ main.add_command(reconciler.daemon_cmd)    # daemon
 main.add_command(reconciler.budget)        # budget status
 main.add_command(reconciler.why_cmd)       # why
 main.add_command(efficiency.jobstats_cmd)  # jobstats
+main.add_command(efficiency.efficiency_cmd)  # efficiency
 main.add_command(simulate.sim_cmd)         # sim

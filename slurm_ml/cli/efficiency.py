@@ -73,3 +73,97 @@ def jobstats_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json:
         fail(f"the database could not be read and the job has no summary: its GPU use is "
              f"unknown ({store_error})")
     sys.exit(0)
+
+
+_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _when(_ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``7d``/``12h``/``30m`` ago, ``now``, or an ISO date-time (local time without a zone)."""
+    from datetime import datetime
+
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "now":
+        return int(time.time())
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return int(time.time()) - int(text[:-1]) * _UNITS[text[-1]]
+    try:
+        return int(datetime.fromisoformat(value).timestamp())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: write 7d, 12h, 30m, now or an ISO date-time "
+                                 f"such as 2026-12-01T08:00") from None
+
+
+@click.command("efficiency")
+@_config_opt
+@_dsn_opt
+@click.option("--since", "start", callback=_when, default="7d", show_default=True,
+              help="Start of the range: 7d, 12h, 30m ago, or an ISO date-time.")
+@click.option("--until", "end", callback=_when, default="now", show_default=True,
+              help="End of the range: now, a span ago, or an ISO date-time.")
+@click.option("--by", type=click.Choice(["team", "user", "partition"]), default="team",
+              show_default=True, help="Group by Slurm account (team), user or partition.")
+@click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True,
+              help="How many of the most wasteful jobs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE.png", help="Also draw the GPU-hours per group (matplotlib).")
+def efficiency_cmd(  # noqa: PLR0917  (click passes one argument per option)
+        config_path: str | None, dsn: str | None, start: int, end: int, by: str,
+        top: int, as_json: bool, plot_path: str | None) -> None:
+    """GPU-hours allocated, computing and idle per team, user or partition over a time
+    range (sacct for the allocations; the epilog's AdminComment summaries, else its rows
+    in PostgreSQL, for the use), the jobs that wasted most and how, and the GPU-hours of
+    jobs admission widened on measured GPU memory.
+
+    Exit codes: 0 ok; 1 Slurm unavailable, the database could not be read (the table is
+    still printed, jobs without a summary counted as not measured), or the plot could
+    not be written; 2 bad config, a range that ends before it starts, or a --plot path
+    that is not a .png in a writable directory.
+    """
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from slurm_ml.cli.reconciler import _check_plot_path
+    from slurm_ml.ops.efficiency import efficiency, efficiency_json, efficiency_text
+    from slurm_ml.slurm.errors import SlurmError
+    from slurm_ml.store.errors import StoreError
+
+    cfg = load_config_or_exit(assets.config_path(config_path))
+    if end <= start:
+        fail(f"--until ({end}) must be after --since ({start})", EXIT_BAD_INPUT)
+    if plot_path:
+        _check_plot_path(Path(plot_path))
+    click.echo("reading slurmdbd (sacct) ...", err=True)
+    try:
+        jobs = _slurm(cfg).accounted_jobs(start, end)
+    except SlurmError as exc:
+        fail(f"cannot read Slurm: {exc}{SLURM_HINT}")
+    rows: dict[int, list[Any]] = {}
+    target = _dsn(cfg, dsn)
+    store_error: str | None = None if target else NO_DATABASE
+    if target:
+        store = _store(cfg, target)
+        try:
+            for r in store.job_gpu_stats_since(datetime.fromtimestamp(start, UTC)):
+                rows.setdefault(r.job_id, []).append(r)
+        except StoreError as exc:
+            store_error = str(exc)
+        finally:
+            store.close()
+    data = efficiency_json(efficiency(jobs, rows, cfg=cfg, start=start, end=end, by=by,
+                                      top=top, store_error=store_error))
+    emit(data, as_json, efficiency_text(data))
+    if plot_path:
+        from slurm_ml.ops.plot import plot_efficiency
+
+        try:
+            plot_efficiency(data, plot_path)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot write the plot {plot_path}: {exc}")
+        click.echo(f"wrote {plot_path}", err=True)
+    if store_error is not None and target:
+        fail(f"the database could not be read: jobs without a summary are not measured "
+             f"({store_error})")

@@ -1,11 +1,13 @@
-"""``budget status --plot``: owed vs delivered per allocation over time, as a PNG.
+"""``budget status --plot`` (owed vs delivered per allocation over time) and
+``efficiency --plot`` (GPU-hours computing, idle and not measured per group), as PNGs.
 
 matplotlib is imported here only, and only when a plot is asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slurm_ml.store.records import BudgetSnapshot
 
@@ -40,6 +42,42 @@ def plot_budget(snapshots: Sequence[BudgetSnapshot], path: str) -> None:
     ax.set_ylabel("billing GPU-hours in the window")
     ax.set_title("Owed (outline) vs delivered (filled) per allocation")
     ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_efficiency(data: Mapping[str, Any], path: str) -> None:
+    """One bar per group (``efficiency --json``'s ``groups``): its allocated GPU-hours split
+    into computing, idle, the rest of the measured hours, and not measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(data["groups"])[:30]  # the 30 largest allocations stay readable
+    names = [g["name"] for g in groups]
+    computing = [g["computing_gpu_h"] for g in groups]
+    idle = [g["idle_gpu_h"] for g in groups]
+    rest = [max(0.0, g["measured_gpu_h"] - c - i) for g, c, i in zip(groups, computing, idle,
+                                                                     strict=True)]
+    unknown = [g["not_measured_gpu_h"] for g in groups]
+    fig, ax = plt.subplots(figsize=(max(6.0, len(names) * 0.6), 4.5))
+    xs = list(range(len(names)))
+    bottom = [0.0] * len(names)
+    styles: tuple[tuple[list[float], str, dict[str, Any]], ...] = (
+            (computing, "computing", {"color": "#44AA99"}),
+            (idle, "idle (at or below the idle threshold)", {"color": "#CC6677"}),
+            (rest, "held, partly busy", {"color": "#DDCC77"}),
+            (unknown, "not measured", {"color": "white", "edgecolor": "#888888",
+                                       "hatch": "//"}))
+    for values, label, style in styles:
+        ax.bar(xs, values, 0.7, bottom=bottom, label=label, **style)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xticks(xs, names, rotation=60, fontsize=7, ha="right")
+    ax.set_ylabel("GPU-hours allocated")
+    ax.set_title(f"GPU-hours per {data['by']}: computing, idle and the rest")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
