@@ -52,6 +52,13 @@ class Summary:
     cut: int | None = None  # GPUs left out entirely (too many nodes to list)
 
 
+def _quote_free(text: str) -> str:
+    """sacctmgr turns ' as well as " into a backtick, and the reader turns backticks back
+    into double quotes: a quote inside a string would end it. (JSON writes the
+    replacement as an ASCII escape.)"""
+    return text.replace("'", "\u2019").replace('"', "\u2019").replace("`", "\u2019")
+
+
 def _r(x: float | None) -> int | None:
     return None if x is None else round(x)
 
@@ -94,7 +101,7 @@ def _encode(s: Summary, rows: list[list[Any]] | None) -> dict[str, Any]:
     if s.zombie is not None:
         out["z"] = [s.zombie.idle_s, s.zombie.mem_mb]
     elif s.zombie_unjudged:
-        out["zw"] = s.zombie_unjudged[:200]
+        out["zw"] = _quote_free(s.zombie_unjudged[:200])
     if s.request:
         out["r"] = [[g.count, g.per, g.gpu_type] for g in s.request]
     return out
