@@ -195,7 +195,8 @@ def jobstats_text(data: dict[str, Any]) -> str:
             "when the job has ended (sacct)" if data["running"] else "not measured (no sacct "
                                                                     "record)"))
     else:
-        lines.append(f"  CPU efficiency: {_pct(cpu['cpu_eff'])} ({cpu['cpus']} CPUs);  "
+        cpus = f"{cpu['cpus']} CPU{'' if cpu['cpus'] == 1 else 's'}"
+        lines.append(f"  CPU efficiency: {_pct(cpu['cpu_eff'])} ({cpus});  "
                      f"memory efficiency: {_pct(cpu['mem_eff'])}")
         if cpu["cpu_eff"] is None and cpu["mem_eff"] is None:
             lines.append("    (Slurm recorded no CPU time or memory for the job's steps: "

@@ -98,6 +98,10 @@ RUN: dict[str, Run] = {
 LIVE: dict[tuple[str, ...], str] = {
     ("why",): "tests/integration/test_reconciler_cluster.py::"
               "test_under_served_program_ranks_first_in_sprio_and_budget_status",
+    ("jobstats",): "tests/integration/test_jobstats_cluster.py::"
+                   "test_a_job_using_2_of_its_8_gpus_is_told_and_the_summary_outlives_its_samples",
+    ("efficiency",): "tests/integration/test_jobstats_cluster.py::"
+                     "test_a_job_using_2_of_its_8_gpus_is_told_and_the_summary_outlives_its_samples",
     ("budget", "status"): "tests/integration/test_reconciler_cluster.py::"
                           "test_under_served_program_ranks_first_in_sprio_and_budget_status",
     ("daemon",): "tests/integration/test_reconciler_cluster.py::"
