@@ -132,9 +132,9 @@ def test_a_job_using_2_of_its_8_gpus_is_told_and_the_summary_outlives_its_sample
 
 @pytest.fixture(scope="module")
 def short_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default config with a 30 s zombie heartbeat sampled every 10 s."""
+    """The default config with a 12 s zombie heartbeat sampled every 4 s."""
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    data["policy"]["reclaim"].update(zombie_heartbeat_s=30, sample_interval_s=10)
+    data["policy"]["reclaim"].update(zombie_heartbeat_s=12, sample_interval_s=4)
     data["daemon"].update(metrics_port=0, lock_key=int(uuid.uuid4().int % (2**62)) + 1)
     path = tmp_path_factory.mktemp("jobstats") / "slurm-ml.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -148,8 +148,8 @@ def test_memory_held_with_no_compute_gets_the_zombie_note(
     forget.append(job)
     node = wait_state(job, {"RUNNING"}, timeout_s=120)["NodeList"]
     start = datetime.now(UTC)
-    time.sleep(36)  # past the heartbeat
-    times = [start + timedelta(seconds=s) for s in range(1, 36, 5)]
+    time.sleep(14)  # past the heartbeat
+    times = [start + timedelta(seconds=s) for s in range(1, 15, 2)]
     record(dsn, job, node, {0: 0.0, 1: 0.0}, times=times, mem_mb=20_000)
     data = jobstats(job, "--config", str(short_heartbeat), dsn=dsn)
     assert data["zombie"] is not None and data["zombie"]["mem_mb"] == 20_000, data

@@ -75,6 +75,14 @@ def gpu_flag(request: Sequence[GpuRequest], gpus: int, nodes: int) -> str:
     return f"--gpus-per-socket with {gpus} GPUs in all"
 
 
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{round(seconds)} s"
+    if seconds < 7200:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _held(job: JobUse) -> str:
     return "holds" if job.running else "held"
 
@@ -107,8 +115,8 @@ def _zombie(job: JobUse, heartbeat_s: float) -> Note | None:
     return Note(
         "zombie",
         f"Every GPU of this job {_held(job)} {z.mem_mb} MB of memory with no compute "
-        f"for {round(z.idle_s / 60)} min: the pattern slurm-ml reclaims as a zombie after "
-        f"{round(heartbeat_s / 60)} min (a warning, then requeue or cancel). A hung rank or "
+        f"for {_span(z.idle_s)}: the pattern slurm-ml reclaims as a zombie after "
+        f"{_span(heartbeat_s)} (a warning, then requeue or cancel). A hung rank or "
         f"one waiting on a dead peer looks like this: make the program exit on errors "
         f"(e.g. a collective timeout) and cancel a stuck run (scancel {job.job_id}).",
         "the zombie rule over the utilisation samples: every GPU idle, memory held")
