@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from builders import slurm_node
@@ -23,6 +24,7 @@ from slurm_ml.health.probe_replay import ReplayProbe
 from slurm_ml.health.snapshot import NodeSnapshot, XidEvent
 from slurm_ml.health.textfile import METRICS, NodeHealth, render
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 IDLE_PCT = 1.0  # policy.reclaim.zombie_util_pct's default
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -281,3 +283,8 @@ def test_the_help_texts_do_not_depend_on_the_node() -> None:
     assert helps("gpu01") == [h.replace("gpu01", "gpu02") for h in helps("gpu01")]
     assert helps("gpu01") == helps("gpu02")
 
+
+def test_docs_list_every_metric() -> None:
+    doc = (REPO / "docs" / "health.md").read_text()
+    missing = [m.name for m in METRICS if f"`{m.name}" not in doc]
+    assert not missing, f"docs/health.md does not list {missing}"
