@@ -20,7 +20,7 @@ Pure: values in, a ``CollectorRegistry`` out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -33,7 +33,7 @@ from slurm_ml.health.snapshot import Gpu, NodeSnapshot, RemappedRows, RetiredPag
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import owned
 
-__all__ = ["METRICS", "MetricSpec", "NodeHealth", "render"]
+__all__ = ["METRICS", "MetricSpec", "NodeHealth", "families", "render"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ class NodeHealth:
     slurm_node: Node | None = None
     gpu_jobs: Mapping[int, int] | None = None
     spool_records: int | None = None
-    thresholds: Thresholds = field(default=_DEFAULT_THRESHOLDS)
+    thresholds: Thresholds = _DEFAULT_THRESHOLDS
 
 
 class _Families:
@@ -229,11 +229,11 @@ def _gpus(h: NodeHealth, snap: NodeSnapshot, add: _Add) -> None:
                 add(NVLINKS, sum(1 for s in states if s is True), gpu)
 
 
-def _by_gpu(item: tuple[tuple[int | str, str], int]) -> tuple[bool, int, str, str]:
+def _by_gpu(item: tuple[tuple[int | str, str], int]) -> tuple[bool, int, str, int]:
     """GPUs by index, then the addresses of GPUs no longer listed; classes in order."""
     (gpu, cls), _ = item
     return (isinstance(gpu, str), gpu if isinstance(gpu, int) else 0, str(gpu),
-            str(XID_CLASSES.index(cls)))
+            XID_CLASSES.index(cls))
 
 
 def _number(value: object) -> float | None:
