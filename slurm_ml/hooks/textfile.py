@@ -36,8 +36,8 @@ def publisher(directory: Path, store: Store) -> Publish:
 
     def publish(health: NodeHealth) -> str | None:
         if not directory.is_dir():
-            # Not created here: no node_exporter reads it (not installed, or pointed
-            # elsewhere), and a directory no one reads would only fill up.
+            # Not created: its absence says no node_exporter reads there (none installed,
+            # or one pointed elsewhere), so a file there would help no one.
             return f"{directory} does not exist"
         try:
             health = dataclasses.replace(health, spool_records=spooled(store))
