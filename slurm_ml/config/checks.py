@@ -25,6 +25,7 @@ __all__ = [
     "SLURM_WEIGHT_MAX",
     "Check",
     "absolute",
+    "absolute_or_off",
     "check_capability",
     "check_gpu_type",
     "check_lower_name",
@@ -105,6 +106,14 @@ def command_line(value: str) -> str | None:
 def absolute(value: Path) -> str | None:
     # The daemon's working directory is not something to depend on.
     return None if value.is_absolute() else "must be an absolute path"
+
+
+def absolute_or_off(value: str) -> str | None:
+    # A directory knob that "" turns off: a path-typed knob would read "" as ".", the
+    # working directory of whoever runs the hook.
+    if not value or Path(value).is_absolute():
+        return None
+    return 'must be an absolute path, or "" for none'
 
 
 

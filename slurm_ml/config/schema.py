@@ -17,6 +17,7 @@ from typing import TypeVar
 from slurm_ml.config.checks import (
     Check,
     absolute,
+    absolute_or_off,
     command_line,
     fraction,
     ge,
@@ -39,6 +40,7 @@ __all__ = [
     "DaemonConfig",
     "FairshareConfig",
     "FastLaneConfig",
+    "HealthConfig",
     "PartitionConfig",
     "PolicyConfig",
     "PriorityWeightsConfig",
@@ -352,6 +354,19 @@ class StoreConfig:
         return option or env("SLURM_ML_DSN") or self.dsn
 
 
+#: Debian's prometheus-node-exporter reads its textfile collector from here.
+_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """What the node health hooks publish besides their drains and records."""
+
+    # node_exporter's textfile collector directory: each periodic check writes its node's
+    # slurm-ml-<node>.prom there (absent directory: nothing written). "" = no textfile.
+    textfile_dir: str = knob(_TEXTFILE_DIR, absolute_or_off)
+
+
 # --------------------------------------------------------------------------- cluster
 
 
@@ -393,6 +408,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     @cached_property
     def _node_index(self) -> dict[str, NodeClass]:

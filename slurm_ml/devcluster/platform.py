@@ -23,6 +23,11 @@ DEBIAN_PACKAGES = (
     "lua-socket",
     "lua-cjson",
     "passwd",
+    # The GPU nodes' metrics: node_exporter serves the periodic check's textfiles (its
+    # Debian default directory is health.textfile_dir's default); prometheus brings
+    # promtool, which checks rules written over them.
+    "prometheus-node-exporter",
+    "prometheus",
 )
 # Debian 12 ships the mysql accounting plugin as its own package; 13 folds it in.
 OPTIONAL_PACKAGES = ("slurm-wlm-mysql-plugin",)

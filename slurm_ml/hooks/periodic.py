@@ -15,6 +15,11 @@ processes map to a job through ``procs`` (cgroup / SLURM_JOB_ID); without ``proc
 GPUs with processes are attributed only when exactly one job runs on the node. GPUs
 whose probe reading lacks utilisation or memory are skipped.
 
+The node's textfile for node_exporter: every run, whatever it decided (a node in no
+node class included), hands what it knows to ``publish`` (``hooks.textfile``): the
+verdict, findings, snapshot, Slurm's view of the node and the GPUs mapped to jobs. What
+could not be published is one note in the outcome; it never changes the verdict.
+
 Orphan GPU processes: with ``procs``, a live process on a GPU that belongs to no job
 running on the node is recorded as one ``process.orphan`` event per GPU (severity
 "flag": it never drains here; the reconciler daemon drains the node with an owned
@@ -26,19 +31,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from slurm_ml.config import Config
 from slurm_ml.health.checks import Finding, Severity, Thresholds, check_node
 from slurm_ml.health.probe import GpuProbe
 from slurm_ml.health.snapshot import NodeSnapshot
+from slurm_ml.health.textfile import NodeHealth
 from slurm_ml.hooks.breaker import DrainAction, drain_via_breaker
 from slurm_ml.hooks.common import DEFAULT_THRESHOLDS, jobs_on_node, node_expectations
 from slurm_ml.hooks.deadline import take_snapshot
 from slurm_ml.hooks.procs import ProcessTable, job_of
 from slurm_ml.hooks.record import Recorder, finding_events, run_key
 from slurm_ml.hooks.stats import util_samples
+from slurm_ml.hooks.textfile import Publish
 from slurm_ml.model import Job, Node
 from slurm_ml.policy.quarantine import may_resume, owned, pass_streak
 from slurm_ml.policy.reclaim import ORPHAN_CHECK
@@ -52,6 +59,8 @@ __all__ = ["ORPHAN_CHECK", "PeriodicOutcome", "run_periodic"]
 
 log = logging.getLogger(__name__)
 HOOK = "periodic"
+#: The actions after which Slurm shows the node's drain state changed.
+_CHANGES_DRAIN = frozenset({"drained", "resumed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +79,23 @@ class PeriodicOutcome:
     samples_recorded: int = 0
     store_errors: tuple[str, ...] = ()
     orphan_gpus: tuple[int, ...] = ()  # GPUs with a process of no job running here
+    textfile_error: str | None = None  # why the node's textfile was not written
 
 
 def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
                  store: Store, now: datetime, thresholds: Thresholds = DEFAULT_THRESHOLDS,
                  procs: ProcessTable | None = None, probe_timeout_s: float = 30.0,
-                 xid_since: float | None = None) -> PeriodicOutcome:
+                 xid_since: float | None = None,
+                 publish: Publish | None = None) -> PeriodicOutcome:
     """One periodic check of ``node``; see the module doc."""
+    idle_pct = cfg.policy.reclaim.zombie_util_pct
     known = node_expectations(cfg, node)
     if known is None:
-        return PeriodicOutcome(node, "skipped", f"{node} is in no slurm-ml node class")
+        # No verdict to publish, and no Slurm call for it: HealthCheckProgram runs on
+        # every node, GPU-less ones too, and they must not read as failing GPU checks.
+        return _published(PeriodicOutcome(node, "skipped",
+                                          f"{node} is in no slurm-ml node class"),
+                          publish, NodeHealth(node, now, "skipped", None, idle_pct))
     snap, failure = take_snapshot(probe, node, None, probe_timeout_s)
     findings = (check_node(snap, known[1], thresholds, xid_since=xid_since)
                 if snap is not None else [failure] if failure is not None else [])
@@ -96,14 +112,24 @@ def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
     rec.write_all(orphans)
     if passed:
         rec.write(_pass_event(node, run, now, len(findings) + len(orphans), snap))
-    samples = rec.write_all(util_samples(snap, _gpu_jobs(snap, jobs, procs), now=now)
-                            ) if snap is not None and jobs else 0
+    gpu_jobs = (_gpu_jobs(snap, jobs, procs)
+                if snap is not None and jobs is not None else None)
+    samples = rec.write_all(util_samples(snap, gpu_jobs, now=now)
+                            ) if snap is not None and gpu_jobs else 0
 
     def done(action: str, message: str, streak: int | None = None,
              drain: DrainAction | None = None) -> PeriodicOutcome:
-        return PeriodicOutcome(node, action, message, passed, tuple(findings), streak, drain,
-                               samples, tuple(rec.errors),
-                               tuple(e.gpu_index for e in orphans if e.gpu_index is not None))
+        out = PeriodicOutcome(node, action, message, passed, tuple(findings), streak, drain,
+                              samples, tuple(rec.errors),
+                              tuple(e.gpu_index for e in orphans if e.gpu_index is not None))
+        if publish is None:
+            return out
+        # A drain or resume changed what Slurm shows: publish that, not what it showed
+        # before (the next run is one HealthCheckInterval away).
+        after = _node_view(slurm, node) if action in _CHANGES_DRAIN else me
+        return _published(out, publish, NodeHealth(
+            node, now, action, passed, idle_pct, tuple(findings), snap, after, gpu_jobs,
+            thresholds=thresholds))
 
     verdict = "pass" if passed else f"{len(findings)} finding(s)"
     if me is not None and me.drained:
@@ -119,6 +145,16 @@ def run_periodic(node: str, *, cfg: Config, probe: GpuProbe, slurm: SlurmClient,
                             nodes=[me] if me is not None else None)
     action = "drain_failed" if act.outcome == "failed" else act.outcome
     return done(action, f"{node}: {act.reason} -> {action} ({act.explanation})", drain=act)
+
+
+def _published(out: PeriodicOutcome, publish: Publish | None,
+               health: NodeHealth) -> PeriodicOutcome:
+    """``out``, with a note when the textfile could not be published."""
+    problem = None if publish is None else publish(health)
+    if problem is None:
+        return out
+    return replace(out, message=f"{out.message}; textfile not written: {problem}",
+                   textfile_error=problem)
 
 
 def _deferred(f: Finding) -> str:
@@ -137,16 +173,22 @@ def _pass_event(node: str, run: str, now: datetime, flags: int,
 
 def _slurm_view(slurm: SlurmClient, node: str) -> tuple[Node | None, list[Job] | None]:
     """This node as Slurm shows it and the jobs on it; None for what Slurm did not say."""
-    me = jobs = None
-    try:
-        me = next((n for n in slurm.list_nodes() if n.name == node), None)
-    except SlurmError as exc:
-        log.warning("cannot list nodes: %s", exc)
+    me = _node_view(slurm, node)
+    jobs = None
     try:
         jobs = jobs_on_node(slurm, node)
     except SlurmError as exc:
         log.warning("cannot list the jobs on %s: %s", node, exc)
     return me, jobs
+
+
+def _node_view(slurm: SlurmClient, node: str) -> Node | None:
+    """This node as Slurm shows it; None when Slurm did not say."""
+    try:
+        return next((n for n in slurm.list_nodes() if n.name == node), None)
+    except SlurmError as exc:
+        log.warning("cannot list nodes: %s", exc)
+        return None
 
 
 def _gpu_jobs(snap: NodeSnapshot, jobs: Sequence[Job] | None,

@@ -21,6 +21,7 @@ GPU processes       ``$SLURM_ML_FAKE_GPU_DIR``: the live holders of the fake  th
                     device files (``health.probe_devfiles``; dev cluster)
 job baselines       ``$SLURM_ML_STATE_DIR``                                   /run/slurm-ml
 /dev/shm            ``$SLURM_ML_SHM_DIR`` (``%n`` becomes the node name)      /dev/shm
+textfile directory  ``health.textfile_dir`` (periodic only; "" for none)
 ==================  ========================================================  ===========
 
 Every boundary is bounded in time, so that no hook can hang slurmd: Slurm commands run
@@ -56,6 +57,7 @@ from slurm_ml.hooks.periodic import PeriodicOutcome, run_periodic
 from slurm_ml.hooks.procs import ProcessTable, ProcFs
 from slurm_ml.hooks.prolog import PrologOutcome, run_prolog
 from slurm_ml.hooks.record import finding_dict, jsonable
+from slurm_ml.hooks.textfile import publisher
 from slurm_ml.hooks.xidmark import read_mark, write_mark
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.protocol import SlurmClient
@@ -140,6 +142,8 @@ class Boundaries:
     #: where the kernel-log mark lives (live nodes); None with replayed captures, whose
     #: Xids are as old as the capture and are judged whole every time
     xid_mark_dir: Path | None = None
+    #: where the periodic check writes its node_exporter textfile; None: nowhere
+    textfile_dir: Path | None = None
 
     def close(self) -> None:
         try:
@@ -221,6 +225,7 @@ def connect(settings: HookSettings, cfg: Config, *, open_db: OpenDatabase) -> Bo
         baseline_dir=settings.state_dir,
         shm_dir=lambda node: Path(shm.replace("%n", node)),
         xid_mark_dir=settings.state_dir if settings.replay_dir is None else None,
+        textfile_dir=Path(cfg.health.textfile_dir) if cfg.health.textfile_dir else None,
     )
 
 
@@ -276,11 +281,12 @@ def epilog(env: Mapping[str, str], b: Boundaries) -> EpilogOutcome:
 
 
 def periodic(node: str, b: Boundaries) -> PeriodicOutcome:
-    """Drain the spool, then one ``run_periodic`` of ``node``."""
+    """Drain the spool, then one ``run_periodic`` of ``node``, publishing its textfile."""
     drain_spool(b.store)
+    publish = None if b.textfile_dir is None else publisher(b.textfile_dir, b.store)
     return _marked(b, node, lambda now, since: run_periodic(
         node, cfg=b.cfg, probe=b.probe(node, _watchdog(b.cfg)), slurm=b.slurm, store=b.store,
-        now=now, procs=b.procs, xid_since=since))
+        now=now, procs=b.procs, xid_since=since, publish=publish))
 
 
 def default_node(env: Mapping[str, str], hostname: str) -> str:

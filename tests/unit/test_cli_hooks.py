@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
 from slurm_ml.store.spool import Spool
 
@@ -32,15 +34,20 @@ HOOK_VARS = ("SLURM_ML_CONFIG", "SLURM_ML_DSN", "SLURM_ML_SPOOL_DIR", "SLURM_ML_
 @pytest.fixture
 def node_env(tmp_path: Path) -> dict[str, str | None]:
     """A dev-like node: gpu03 (healthy) and gpu04 (GPU 6 without NVLink) replayed, no
-    database, a Slurm that fails at once."""
+    database, a Slurm that fails at once; the default config but for the textfile
+    directory, which is the test's (``textfile/``, not made)."""
     for node, rels in (("gpu03", A100), ("gpu04", (NVLINK_DOWN, A100[1]))):
         (tmp_path / "health" / node).mkdir(parents=True)
         for rel in rels:
             shutil.copy(GPU_DATA / rel, tmp_path / "health" / node)
     empty = tmp_path / "slurm.conf"
     empty.write_text("")
+    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    cfg["health"]["textfile_dir"] = str(tmp_path / "textfile")
+    (tmp_path / "slurm-ml.yaml").write_text(yaml.safe_dump(cfg))
     env: dict[str, str | None] = dict.fromkeys(HOOK_VARS)
-    env.update(SLURM_ML_REPLAY_DIR=str(tmp_path / "health"),
+    env.update(SLURM_ML_CONFIG=str(tmp_path / "slurm-ml.yaml"),
+               SLURM_ML_REPLAY_DIR=str(tmp_path / "health"),
                SLURM_ML_SPOOL_DIR=str(tmp_path / "spool"),
                SLURM_ML_STATE_DIR=str(tmp_path / "state"),
                SLURM_ML_SHM_DIR=str(tmp_path / "shm" / "%n"), SLURM_CONF=str(empty))
@@ -103,6 +110,22 @@ def test_epilog_outside_slurm_is_skipped(node_env: dict[str, str | None]) -> Non
 def test_periodic_default_node_and_unmanaged_node(node_env: dict[str, str | None]) -> None:
     code, out, _ = invoke(node_env | {"SLURMD_NODENAME": "login1"}, "health", "periodic")
     assert code == 0 and out.startswith("slurm-ml periodic: skipped: login1 is in no")
+
+
+def test_periodic_textfile_written_or_said_missing_never_the_exit_code(
+        node_env: dict[str, str | None], tmp_path: Path) -> None:
+    code, out, _ = invoke(node_env, "health", "periodic", "--node", "gpu04")
+    # Slurm cannot be asked which jobs run there: a drain finding waits for the epilog.
+    assert code == 0 and out.startswith("slurm-ml periodic: deferred: gpu04")
+    assert out.rstrip().endswith(f"; textfile not written: {tmp_path / 'textfile'} does not "
+                                 "exist")
+    (tmp_path / "textfile").mkdir()
+    code, out, _ = invoke(node_env, "health", "periodic", "--node", "gpu04", "--json")
+    assert code == 0 and json.loads(out)["textfile_error"] is None
+    text = (tmp_path / "textfile" / "slurm-ml-gpu04.prom").read_text()
+    assert 'slurm_ml_node_health_pass{node="gpu04"} 0.0' in text
+    assert 'slurm_ml_gpu_nvlink_links_active{gpu="6",node="gpu04"} 0.0' in text
+    assert "slurm_ml_node_drained" not in text  # Slurm did not say
 
 
 def test_quarantine_bad_input_and_a_spooled_reset(node_env: dict[str, str | None]) -> None:

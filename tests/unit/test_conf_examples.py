@@ -29,6 +29,7 @@ import yaml
 from slurm_ml.config import (
     Config,
     DaemonConfig,
+    HealthConfig,
     PolicyConfig,
     SlurmConfig,
     StoreConfig,
@@ -235,6 +236,7 @@ def test_knobs_are_at_their_defaults(cfg: Config) -> None:
     assert cfg.slurm == SlurmConfig()
     assert cfg.store == StoreConfig()
     assert cfg.daemon == DaemonConfig()
+    assert cfg.health == HealthConfig()
 
 
 def _blocks(text: str) -> dict[str, str]:
@@ -257,6 +259,7 @@ def test_every_knob_line_has_a_comment() -> None:
     blocks = _blocks(EXAMPLE_YAML.read_text())
     sections: dict[str, type] = {
         "slurm": SlurmConfig, "store": StoreConfig, "daemon": DaemonConfig,
+        "health": HealthConfig,
         **{f"policy.{f.name}": _hints(PolicyConfig)[f.name]
            for f in dataclasses.fields(PolicyConfig)},
     }

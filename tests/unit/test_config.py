@@ -24,6 +24,7 @@ from slurm_ml.config import (
     ContractsConfig,
     DaemonConfig,
     FairshareConfig,
+    HealthConfig,
     PriorityWeightsConfig,
     ReclaimConfig,
     SlurmConfig,
@@ -53,6 +54,7 @@ KNOB_SECTIONS: dict[str, type[Any]] = {
     "slurm": SlurmConfig,
     "store": StoreConfig,
     "daemon": DaemonConfig,
+    "health": HealthConfig,
 }
 
 
@@ -147,7 +149,7 @@ def test_ints_become_floats_where_floats_are_expected() -> None:
 
 def test_defaults_equal_the_example_values() -> None:
     data = example()
-    for section in ("policy", "slurm", "store", "daemon"):
+    for section in ("policy", "slurm", "store", "daemon", "health"):
         del data[section]
     assert parse_config(data) == load_config(EXAMPLE)
 
@@ -167,7 +169,8 @@ def test_each_knob_default_matches_the_example(section: str) -> None:
 
 @pytest.mark.parametrize(
     "keys",
-    [("policy",), ("slurm",), ("store",), ("policy", "fairshare"), ("policy", "reclaim")],
+    [("policy",), ("slurm",), ("store",), ("health",), ("policy", "fairshare"),
+     ("policy", "reclaim")],
     ids=dotted,
 )
 def test_null_optional_section_means_defaults(keys: tuple[Key, ...]) -> None:
@@ -485,6 +488,7 @@ RULES: list[tuple[str, tuple[Key, ...], object, str]] = [
     ("spool-relative", ("store", "spool_dir"), "spool", "must be an absolute path"),
     ("spool-empty", ("store", "spool_dir"), "", "expected a non-empty path, got ''"),
     ("dsn-not-string", ("store", "dsn"), 5, "expected a string, got 5"),
+    ("textfile-relative", ("health", "textfile_dir"), "prom", 'must be an absolute path, or "" for none'),
 ]
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection
 
 from slurm_ml.health.checks._common import Out, gpus_by_bus, join, label
+from slurm_ml.health.checks.expect import Thresholds
 from slurm_ml.health.checks.findings import Severity
 from slurm_ml.health.snapshot import Gpu, NodeSnapshot, XidEvent, bus_key
 
@@ -39,13 +41,13 @@ _ACTIONS: dict[int, tuple[str, Severity | None]] = {
 }
 
 
-def _severity(code: int, ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
+def _severity(code: int, ev: XidEvent, th: Thresholds) -> tuple[Severity | None, str]:
     """Severity of an event judged as Xid ``code`` (None: ignore) and what to do."""
-    if code in out.th.xid_drain:
+    if code in th.xid_drain:
         return S.DRAIN_NOW, "drain, reset or reboot, and replace the GPU if it recurs"
-    if code in out.th.xid_ignore:
+    if code in th.xid_ignore:
         return None, ""
-    if code in out.th.xid_drain_after_job:
+    if code in th.xid_drain_after_job:
         return S.DRAIN_AFTER_JOB, ("drain after the job and reset the GPU (the application "
                                    "that hit it was stopped; other work is unaffected)")
     if code == 154:
@@ -56,11 +58,11 @@ def _severity(code: int, ev: XidEvent, out: Out) -> tuple[Severity | None, str]:
     return S.FLAG, "no action unless it repeats"
 
 
-def _judged_as(ev: XidEvent, out: Out) -> int:
+def _judged_as(ev: XidEvent, th: Thresholds) -> int:
     """The code an event is judged by: its own, or, for an ignored follow-up event that
     names its cause ("Xid 45 … caused by previous Xid 149"), the worst cause. The cause
     line itself may be missing from the log (rotated, or logged before a reboot)."""
-    if ev.xid not in out.th.xid_ignore:
+    if ev.xid not in th.xid_ignore:
         return ev.xid
     causes = [int(c) for c in _CAUSED_BY.findall(ev.message)]
     causes = [c for c in causes if c != ev.xid]
@@ -68,10 +70,41 @@ def _judged_as(ev: XidEvent, out: Out) -> int:
         return ev.xid
 
     def rank(code: int) -> int:
-        sev, _ = _severity(code, ev, out)
+        sev, _ = _severity(code, ev, th)
         return 3 if sev is None else sev.rank
 
     return min(causes, key=rank)
+
+
+#: The class of an Xid the check leaves alone (an application's fault, or Xid 154 saying
+#: the driver wants no action).
+IGNORE = "ignore"
+#: Every class an Xid can fall in: the severity the check gives it, or IGNORE.
+XID_CLASSES: tuple[str, ...] = (S.DRAIN_NOW.value, S.DRAIN_AFTER_JOB.value, S.FLAG.value,
+                                IGNORE)
+
+
+def xid_class(ev: XidEvent, th: Thresholds) -> str:
+    """What the check makes of ``ev``: one of :data:`XID_CLASSES`. A follow-up event that
+    names its cause is classed as that cause, as the check judges it."""
+    sev, _ = _severity(_judged_as(ev, th), ev, th)
+    return IGNORE if sev is None else sev.value
+
+
+def tally(snap: NodeSnapshot, th: Thresholds) -> Counter[tuple[int | str, str]]:
+    """Every Xid of the snapshot counted by (GPU, :func:`xid_class`), for the node's
+    metrics. The GPU is found as the check finds it: the NVML index of the GPU at the PCI
+    address the line names, else that address as written (a GPU off the bus is no longer
+    listed), "" for a line that names none. Unlike the check there is no time window: the
+    count is of what the kernel log still holds. Empty when no kernel log was read."""
+    by_bus = gpus_by_bus(snap)
+    out: Counter[tuple[int | str, str]] = Counter()
+    for ev in snap.xids or ():
+        key = bus_key(ev.pci_bus_id)
+        gpu = by_bus.get(key) if key is not None else None
+        where: int | str = gpu.index if gpu is not None else ev.pci_bus_id or ""
+        out[where, xid_class(ev, th)] += 1
+    return out
 
 
 def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: Out) -> None:
@@ -92,8 +125,8 @@ def xids(snap: NodeSnapshot, scope: Collection[int], since: float | None, out: O
         gpu = by_bus.get(key) if key is not None else None
         if gpu is not None and gpu.index not in scope:
             continue
-        code = _judged_as(ev, out)
-        sev, action = _severity(code, ev, out)
+        code = _judged_as(ev, out.th)
+        sev, action = _severity(code, ev, out.th)
         if sev is None:
             continue
         if gpu is not None:
