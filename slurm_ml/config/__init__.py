@@ -37,6 +37,7 @@ from slurm_ml.config.schema import (
     ReclaimConfig,
     SlurmConfig,
     StoreConfig,
+    SubmitdConfig,
 )
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "ReclaimConfig",
     "SlurmConfig",
     "StoreConfig",
+    "SubmitdConfig",
     "load_config",
     "parse_config",
 ]

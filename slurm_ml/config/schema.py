@@ -46,6 +46,7 @@ __all__ = [
     "ReclaimConfig",
     "SlurmConfig",
     "StoreConfig",
+    "SubmitdConfig",
     "knob",
 ]
 
@@ -327,6 +328,16 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SubmitdConfig:
+    """How the admission server runs (what it decides is ``policy.admission``)."""
+
+    # Prometheus /metrics port of submitd; 0 = off. A second submitd on the host finds
+    # it in use and runs without one.
+    metrics_port: int = knob(9310, ge(0))
+    metrics_addr: str = knob("127.0.0.1")  # address submitd's metrics server binds
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmConfig:
     """How slurm-ml drives the Slurm commands."""
 
@@ -393,6 +404,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    submitd: SubmitdConfig = field(default_factory=SubmitdConfig)
 
     @cached_property
     def _node_index(self) -> dict[str, NodeClass]:
