@@ -21,6 +21,9 @@ from slurm_ml.daemon.apply import ApplyReport
 from slurm_ml.daemon.gauges import StateGauges
 from slurm_ml.daemon.plan import Plan
 
+#: A cycle's outcomes (``daemon.loop.CycleResult``).
+OUTCOMES = ("acted", "dry_run", "passive", "slurm_unavailable", "store_unavailable")
+
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -31,6 +34,10 @@ class Metrics:
             registry=r, buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
         self.cycles = Counter("slurm_ml_daemon_cycles_total", "Cycles by outcome",
                               ["outcome"], registry=r)
+        # every outcome from the start, at 0: increase() misses the sample that creates a
+        # series, so an outage's first failed cycles would not count
+        for outcome in OUTCOMES:
+            self.cycles.labels(outcome)
         self.actions = Counter("slurm_ml_daemon_actions_total",
                                "Actions by kind and result (applied, already, failed, would)",
                                ["kind", "result"], registry=r)
