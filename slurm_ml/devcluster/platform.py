@@ -23,6 +23,11 @@ DEBIAN_PACKAGES = (
     "lua-socket",
     "lua-cjson",
     "passwd",
+    # promtool runs the shipped alert rules' tests; Prometheus and node_exporter run in
+    # the integration test that scrapes a real daemon (tests/unit/test_prometheus_rules.py,
+    # tests/integration/test_prometheus_alerts.py)
+    "prometheus",
+    "prometheus-node-exporter",
 )
 # Debian 12 ships the mysql accounting plugin as its own package; 13 folds it in.
 OPTIONAL_PACKAGES = ("slurm-wlm-mysql-plugin",)
