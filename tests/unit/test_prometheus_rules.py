@@ -102,6 +102,23 @@ def test_each_alert_says_how_bad_what_is_true_and_where_to_read_on(name: str) ->
     assert len(notes["description"]) > 100, "what is true, and what to do"
 
 
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of the headings in ``markdown``."""
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", markdown, re.MULTILINE):
+        out.add(re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-"))
+    return out
+
+
+def test_each_runbook_is_a_section_of_the_operators_runbook() -> None:
+    operator = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
+    anchors = _anchors(operator.read_text())
+    missing = [r["annotations"]["runbook"] for r in _alerts().values()
+               if r["annotations"]["runbook"].partition("#")[2] not in anchors]
+    assert missing == []
+    assert "alerts" in anchors
+
+
 def _names(expr: str) -> set[str]:
     """The metric names ``expr`` reads (words that start with slurm_ml_, and up; not the
     recording rules' names, level:metric:operations)."""
