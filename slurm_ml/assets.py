@@ -4,8 +4,9 @@
   on. Package data, so an installed wheel and a checkout have the same files in the same
   place: the job_submit.lua shim, ``slurm-ml-hook`` (the one wrapper slurmd runs as
   Prolog, Epilog and HealthCheckProgram), the ``slurm-ml.conf`` include and systemd unit
-  templates, ``gpu-selfcheck``, and ``slurm-ml.yaml``, the configuration a command uses
-  when it is given none (the dev cluster's six nodes).
+  templates, ``gpu-selfcheck``, ``slurm-ml.yaml``, the configuration a command uses
+  when it is given none (the dev cluster's six nodes), and ``prometheus/``: the alert and
+  recording rules with their promtool tests.
 * ``devcluster/templates/`` of the source checkout: the dev and compose cluster's own
   ``slurm.conf``, ``gres.conf``, ``topology.conf`` and ``slurmdbd.conf`` templates. A site
   keeps its own files, so the wheel does not ship these; ``$SLURM_ML_CONF_DIR`` names

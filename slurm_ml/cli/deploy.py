@@ -139,6 +139,10 @@ def _install_dsn(option: str | None, config_dsn: str) -> str:
 @click.option("--hook-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the Prolog/Epilog/HealthCheckProgram wrappers go "
                    "(default: --slurm-conf-dir).")
+@click.option("--rules-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where slurm-ml.rules.yml, the Prometheus alerting and recording rules, "
+                   "goes (default: --slurm-conf-dir); e.g. /etc/prometheus/rules on a "
+                   "host that runs Prometheus.")
 @click.option("--python", "python", default=None,
               help="Python with slurm-ml installed, for the hooks and units "
                    "(default: this one).")
@@ -160,7 +164,7 @@ def _install_dsn(option: str | None, config_dsn: str) -> str:
 def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
                 no_systemd: bool, dry_run: bool, show_diff: bool, force: bool, as_json: bool,
                 no_accounts: bool, submitd_socket: str, submitd_key: str,
-                hook_dir: Path | None,
+                hook_dir: Path | None, rules_dir: Path | None,
                 python: str | None, dsn: str | None, health_check_interval: int | None,
                 service_user: str | None, extra_env: tuple[str, ...]) -> None:
     """Install slurm-ml into the Slurm configuration in --slurm-conf-dir.
@@ -172,6 +176,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
       slurm-ml.env          settings for the hooks and units (mode 0600)
       slurm-ml-prolog, slurm-ml-epilog, slurm-ml-healthcheck   (in --hook-dir)
       slurm-ml-submitd.service, slurm-ml-daemon.service       (in --systemd-dir)
+      slurm-ml.rules.yml    Prometheus' alerting and recording rules  (in --rules-dir)
     and edits slurm.conf: appends `Include <dir>/slurm-ml.conf` and sets
     TRESBillingWeights on the partitions in the config. Then adds the QOS
     alloc/free and the account tree (sacctmgr). Re-running changes only what
@@ -193,6 +198,7 @@ def install_cmd(*, config_path: Path, slurm_conf_dir: Path, systemd_dir: Path,
         python=python or sys.executable,
         systemd_dir=None if no_systemd else systemd_dir.absolute(),
         hook_dir=hook_dir.absolute() if hook_dir else None,
+        rules_dir=rules_dir.absolute() if rules_dir else None,
         submitd_socket=submitd_socket,
         submitd_key=submitd_key,
         dsn=_install_dsn(dsn, cfg.store.dsn),

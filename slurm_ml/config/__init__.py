@@ -38,6 +38,7 @@ from slurm_ml.config.schema import (
     ReclaimConfig,
     SlurmConfig,
     StoreConfig,
+    SubmitdConfig,
 )
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "ReclaimConfig",
     "SlurmConfig",
     "StoreConfig",
+    "SubmitdConfig",
     "load_config",
     "parse_config",
 ]

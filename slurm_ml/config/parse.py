@@ -56,6 +56,7 @@ from slurm_ml.config.schema import (
     ReclaimConfig,
     SlurmConfig,
     StoreConfig,
+    SubmitdConfig,
 )
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, GpuType, NodeClass
 
@@ -90,7 +91,7 @@ _MESSAGE_CHARS = 400
 
 #: The top-level sections, in the order a file usually has them.
 SECTIONS_REQUIRED = ("cluster", "gpu_types", "node_classes", "budgets")
-SECTIONS_OPTIONAL = ("policy", "slurm", "store", "daemon", "health")
+SECTIONS_OPTIONAL = ("policy", "slurm", "store", "daemon", "submitd", "health")
 
 
 def _hours_to_minutes(value: object) -> str:
@@ -691,6 +692,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
     slurm = parser.knobs(sections.get("slurm"), "slurm", SlurmConfig)
     store = parser.knobs(sections.get("store"), "store", StoreConfig)
     daemon = parser.knobs(sections.get("daemon"), "daemon", DaemonConfig)
+    submitd = parser.knobs(sections.get("submitd"), "submitd", SubmitdConfig)
     health = parser.knobs(sections.get("health"), "health", HealthConfig)
 
     if (
@@ -703,6 +705,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         or slurm is None
         or store is None
         or daemon is None
+        or submitd is None
         or health is None
     ):
         parser.issues.sort(key=_section_rank(list(data)))
@@ -717,6 +720,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         slurm=slurm,
         store=store,
         daemon=daemon,
+        submitd=submitd,
         health=health,
     )
 

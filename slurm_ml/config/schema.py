@@ -48,6 +48,7 @@ __all__ = [
     "ReclaimConfig",
     "SlurmConfig",
     "StoreConfig",
+    "SubmitdConfig",
     "knob",
 ]
 
@@ -329,6 +330,16 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SubmitdConfig:
+    """How the admission server runs (what it decides is ``policy.admission``)."""
+
+    # Prometheus /metrics port of submitd; 0 = off. A second submitd on the host finds
+    # it in use and runs without one.
+    metrics_port: int = knob(9310, ge(0))
+    metrics_addr: str = knob("127.0.0.1")  # address submitd's metrics server binds
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmConfig:
     """How slurm-ml drives the Slurm commands."""
 
@@ -408,6 +419,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    submitd: SubmitdConfig = field(default_factory=SubmitdConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
 
     @cached_property

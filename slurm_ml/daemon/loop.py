@@ -29,6 +29,7 @@ from slurm_ml import proc
 from slurm_ml.config import Config, ConfigError, load_config
 from slurm_ml.daemon import reasons
 from slurm_ml.daemon.apply import Applier, ApplyReport
+from slurm_ml.daemon.gauges import state_gauges
 from slurm_ml.daemon.metrics import Metrics
 from slurm_ml.daemon.observe import observe
 from slurm_ml.daemon.plan import Action, Plan, plan_cycle
@@ -169,9 +170,11 @@ class Daemon:
             leader = self._leader()
         except StoreError as exc:
             self.metrics.leader.set(0)
+            self.metrics.not_leading()
             return self._end(CycleResult(now, "store_unavailable", message=str(exc)), start)
         self.metrics.leader.set(1 if leader and not self.dry_run else 0)
         if not leader:
+            self.metrics.not_leading()
             return self._end(CycleResult(now, "passive", message="another daemon holds the "
                                          "leader lock"), start)
         try:
@@ -197,6 +200,7 @@ class Daemon:
         self.kept_reasons = reasons.kept_after(obs.jobs, pushed, restored_ids)
         self._wake_at_grace_ends(plan, report, applier)
         self.metrics.record(plan, report)
+        self.metrics.state(self.cfg, state_gauges(self.cfg, obs, plan))
         outcome = "dry_run" if self.dry_run else "acted"
         if report.failed:
             outcome = "slurm_unavailable"  # Slurm refused or timed out on an action

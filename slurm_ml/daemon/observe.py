@@ -46,9 +46,12 @@ class Observation:
     history: tuple[ReconcilerDecision, ...]  # its own applied decisions (requeues, warnings)
     orphans: tuple[HealthEvent, ...]
     #: repairs at the contract: the last hour's health events (findings and passes), and
-    #: the breakers' inputs, read only when a node with a finding must be drained first
+    #: the breakers' inputs when a node with a finding must be drained first (None:
+    #: nothing to drain, so the repairs decide no drain)
     health: tuple[HealthEvent, ...] = ()
     breaker: BreakerView | None = None
+    #: the breakers' inputs as this cycle read them, for the metrics (``daemon.gauges``)
+    breakers: BreakerView | None = None
     #: fault refunds: slurm-ml's drains in the window, and the refunds already recorded
     drains: tuple[FaultDrain, ...] = ()
     refunded: frozenset[str] = frozenset()  # keys of the refund decisions already applied
@@ -104,17 +107,21 @@ def observe(cfg: Config, slurm: SlurmClient, store: Store | None, now: int) -> O
     orphans = tuple(store.health_events_since(
         _at(now - cfg.policy.reclaim.orphan_lookback_s), check_ids=[ORPHAN_CHECK]))
     health = tuple(store.health_events_since(_at(now - repair_view.LOOKBACK_S), limit=100_000))
+    # The whole audit log, as every periodic health check reads it: open alarms and
+    # resets may be old. The metrics show the breakers every cycle.
+    breakers = repair_view.breaker_view(cfg, store.audit_entries(), nodes, _at(now))
     obs = Observation(now, jobs, nodes, usage, runaway,
                       {k: tuple(v) for k, v in samples.items()}, history, orphans, health,
-                      _breaker(cfg, store, jobs, nodes, health=health, now=now))
+                      _breaker(cfg, jobs, nodes, breakers, health=health, now=now), breakers)
     return with_fault_drains(cfg, store, obs)
 
 
-def _breaker(cfg: Config, store: Store, jobs: tuple[Job, ...], nodes: tuple[Node, ...], *,
-             health: tuple[HealthEvent, ...], now: int) -> BreakerView | None:
-    """The breakers' inputs, read (the whole audit log) only when a node with a finding
-    and jobs on it is not drained yet: the cycle drains it first."""
+def _breaker(cfg: Config, jobs: tuple[Job, ...], nodes: tuple[Node, ...],
+             breakers: BreakerView, *, health: tuple[HealthEvent, ...],
+             now: int) -> BreakerView | None:
+    """The breakers' inputs for the repairs, only when a node with a finding and jobs on
+    it is not drained yet: the cycle drains it first."""
     found = current_findings(repair_view.node_events(health))
     if all(r.drained for r in plan_repairs(now, nodes, jobs, found, cfg).nodes):
         return None
-    return repair_view.breaker_view(cfg, store.audit_entries(), nodes, _at(now))
+    return breakers

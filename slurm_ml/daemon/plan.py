@@ -14,14 +14,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slurm_ml.config import Config
+from slurm_ml.config import Config, ContractsConfig
 from slurm_ml.daemon import views
 from slurm_ml.daemon.observe import Observation
 from slurm_ml.daemon.repair_view import node_events
 from slurm_ml.model import ALLOC_QOS, Job, JobState
-from slurm_ml.policy import fairshare, preempt_grace, reconcile
+from slurm_ml.policy import contracts, fairshare, preempt_grace, reconcile
 from slurm_ml.policy.cluster_jobs import RunningJob, WaitingJob
-from slurm_ml.policy.contracts import PreemptionLedger, preemption_budget_left
+from slurm_ml.policy.contracts import (
+    AllocationPosition,
+    PreemptionLedger,
+    preemption_budget_left,
+)
 from slurm_ml.policy.fairshare import FairShare, Footprint
 from slurm_ml.policy.fairshare.lane import Lane
 from slurm_ml.policy.placement import NodeMap, NodeSpec, cluster_nodes, node_slots
@@ -85,6 +89,9 @@ class Plan:
     snapshots: tuple[BudgetSnapshot, ...]
     #: when this plan wants its next cycles: the ends of Slurm's preemption graces
     wake_at: tuple[int, ...] = ()
+    #: the allocations with a job starved now (``starved_waits``): how long the one
+    #: starved longest has waited, seconds
+    starved: dict[str, int] = field(default_factory=dict)
 
 
 def _epoch(at: datetime) -> int:
@@ -261,6 +268,40 @@ class ObservedRoom:
         return node_slots(self.nodes, running)
 
 
+def starved_waits(now: int, queue: ObservedQueue,
+                  positions: dict[str, AllocationPosition], room: ObservedRoom,
+                  cfg: ContractsConfig) -> dict[str, int]:
+    """Each allocation with a job starved now (``contracts.is_starved``: allocated work
+    of an under-served allocation, waiting past ``preempt_after_wait_s`` for GPUs that
+    are not free), and how long its longest-starved job has waited.
+
+    Whether the contracts can help it (a victim, the preemption cap) does not matter
+    here: a job starved with no remedy is what an operator must hear of. The accounts
+    and jobs that can starve at all are found as the cycle finds them
+    (``reconcile.starving_accounts``, ``starved_of``), so the usual cycle reads no queue
+    and builds no room; then, oldest first, each account's first job that cannot be
+    placed now (the placement asked once per shape)."""
+    accounts = reconcile.starving_accounts(now, queue.alloc_accounts(), positions, cfg)
+    if not accounts:
+        return {}
+    waiting = reconcile.starved_of(now, queue.alloc_jobs(accounts), positions, cfg)
+    if not waiting:
+        return {}
+    nodes = room(())
+    fits: dict[tuple[int, frozenset[str]], bool] = {}
+    out: dict[str, int] = {}
+    for w in sorted(waiting, key=lambda w: (w.submit, w.order)):
+        if w.account in out:
+            continue
+        shape = (w.gpus, w.gpu_types)
+        if shape not in fits:
+            fits[shape] = not contracts.is_starved(now, w, positions.get(w.account), nodes,
+                                                   cfg)
+        if not fits[shape]:
+            out[w.account] = now - w.submit
+    return out
+
+
 def refund_actions(refunds: Sequence[Refund], done: Collection[str]) -> list[Action]:
     """One ``refund`` record per refunded run, keyed by the run alone (a drain that
     explains it better, found a cycle later, records no second refund), so that the audit
@@ -374,12 +415,13 @@ def _plan_cycle(cfg: Config, obs: Observation) -> Plan:
     coming = room_coming(history, now)
     footprints, assocs = _demand(cfg, obs, refunds, table)
     lane_pending, lane_running = table.lane
+    queue = ObservedQueue(table, coming)
+    room = ObservedRoom(cluster_nodes(cfg, obs.nodes), running)
     cycle = reconcile.reconcile(cfg, reconcile.CycleInput(
         now=now, footprints=footprints, pending_assocs=assocs, pending=table.pending,
         lane_pending=lane_pending, lane_running=lane_running, running=running, ledger=book,
-        queue=ObservedQueue(table, coming),
-        room=ObservedRoom(cluster_nodes(cfg, obs.nodes), running),
-        total_gpus=cfg.total_gpus(), held_back=acted | graced, gangs=table.gangs))
+        queue=queue, room=room, total_gpus=cfg.total_gpus(), held_back=acted | graced,
+        gangs=table.gangs))
     targets = {**cycle.site_factors, **cycle.raised}
     current = {j.job_id: j.site_factor for j in jobs if j.state == JobState.PENDING}
     # None: sprio does not list the job (held, dependency, begin time, a requeued job's
@@ -415,7 +457,9 @@ def _plan_cycle(cfg: Config, obs: Observation) -> Plan:
     return Plan(now=now, cycle=now, fair=cycle.standings, site_factors=targets,
                 changed=changed, actions=tuple(actions),
                 snapshots=snapshots(cycle.standings, now, cycle.lane),
-                wake_at=tuple(preempt_grace.grace_ends(now, jobs)))
+                wake_at=tuple(preempt_grace.grace_ends(now, jobs)),
+                starved=starved_waits(now, queue, cycle.positions, room,
+                                      cfg.policy.contracts))
 
 
 def repairs_of(cfg: Config, obs: Observation, planned: Sequence[Action] = ()) -> RepairPlan:

@@ -9,7 +9,10 @@ Files (all paths absolute; hooks default to the Slurm conf dir):
   one wrapper (slurm_ml/share/slurm-ml-hook, which picks the hook by the name it is called
   under), with the env file's path filled in (HealthCheckProgram gets no SLURM_CONF to
   find it by);
-* ``slurm-ml-submitd.service``, ``slurm-ml-daemon.service`` unless --no-systemd.
+* ``slurm-ml-submitd.service``, ``slurm-ml-daemon.service`` unless --no-systemd;
+* ``slurm-ml.rules.yml``: Prometheus' recording and alerting rules
+  (slurm_ml/share/prometheus/), as shipped, in the conf dir beside slurm-ml.conf or in
+  --rules-dir. Prometheus' own config is the site's: the report says what to add to it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ HOOKS = {"prolog": "slurm-ml-prolog", "epilog": "slurm-ml-epilog",
 #: The one wrapper script in slurm_ml/share/ that every name in HOOKS is a copy of.
 HOOK_SOURCE = "slurm-ml-hook"
 UNITS = ("slurm-ml-submitd.service", "slurm-ml-daemon.service")
+#: The Prometheus rules, under slurm_ml/share/prometheus/ and where install puts them.
+RULES_NAME = "slurm-ml.rules.yml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,7 @@ class InstallParams:
     python: str
     systemd_dir: Path | None = Path("/etc/systemd/system")  # None: --no-systemd
     hook_dir: Path | None = None  # default: conf_dir
+    rules_dir: Path | None = None  # the Prometheus rules; default: conf_dir
     submitd_socket: str = DEFAULT_SOCKET
     submitd_key: str = DEFAULT_KEY  # "": replies carry no key, the shim checks none
     dsn: str = ""
@@ -64,6 +70,10 @@ class InstallParams:
     @property
     def hooks(self) -> Path:
         return self.hook_dir or self.conf_dir
+
+    @property
+    def rules_path(self) -> Path:
+        return (self.rules_dir or self.conf_dir) / RULES_NAME
 
     @property
     def slurm_conf(self) -> Path:
@@ -90,6 +100,7 @@ class Sources:
     shim: str
     hook: str  # the wrapper, installed under each name in HOOKS
     units: Mapping[str, str]  # unit file name → template
+    rules: str  # the Prometheus rules, installed as they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +274,7 @@ def render_files(cfg: Config, p: InstallParams, src: Sources,
                      _setting_line("INSTALLED_ENV_FILE", src.hook, env), 0o755)
           for hook in ("prolog", "epilog", "healthcheck")),
         WantedFile(p.include_path, render_include(cfg, p, src, merged), 0o644),
+        WantedFile(p.rules_path, src.rules, 0o644),
     ]
     if p.systemd_dir is not None:
         values = unit_values(cfg, p)

@@ -91,15 +91,42 @@ def _accounts_plan(cfg: Config, run: SlurmRunner | None) -> AccountsReport:
                           commands=tuple(tuple(c) for c in cmds), note=note)
 
 
-def next_steps(p: InstallParams) -> tuple[str, ...]:
+def next_steps(cfg: Config, p: InstallParams) -> tuple[str, ...]:
     steps = [f"copy {p.conf_dir} (slurm.conf, slurm-ml.conf, the hooks, slurm-ml.env) to "
              "every node, or run Slurm configless",
              "restart slurmctld (JobSubmitPlugins, PriorityType and PreemptType take a "
-             "restart), then `scontrol reconfigure`"]
+             "restart), then `scontrol reconfigure`",
+             *prometheus_steps(cfg, p)]
     if p.systemd_dir is not None:
         steps.insert(0, "systemctl daemon-reload && systemctl enable --now "
                         "slurm-ml-submitd.service slurm-ml-daemon.service")
     return tuple(steps)
+
+
+#: node_exporter's textfile directory as Debian's prometheus-node-exporter sets it.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+
+
+def prometheus_steps(cfg: Config, p: InstallParams) -> list[str]:
+    """What the site adds to its Prometheus (whose config is not slurm-ml's to edit): the
+    rules file and the scrape jobs the rules' names go by (docs/operator.md, Metrics)."""
+    jobs = []
+    for job, port, addr in (("slurm-ml-daemon", cfg.daemon.metrics_port,
+                             cfg.daemon.metrics_addr),
+                            ("slurm-ml-submitd", cfg.submitd.metrics_port,
+                             cfg.submitd.metrics_addr)):
+        if not port:
+            jobs.append(f"{job} (off: its metrics_port is 0)")
+            continue
+        local = " (it binds 127.0.0.1: set metrics_addr 0.0.0.0 for a Prometheus " \
+                "elsewhere)" if addr.startswith("127.") else ""
+        jobs.append(f"{job} on :{port} of each controller host{local}")
+    jobs.append(f"node: node_exporter on each GPU node, --collector.textfile.directory="
+                f"{TEXTFILE_DIR}")
+    return [f"Prometheus: add `rule_files: [{p.rules_path}]` to prometheus.yml (copy the "
+            f"file to the Prometheus host if it runs elsewhere), then reload it",
+            "Prometheus: scrape jobs " + "; ".join(jobs)
+            + " (docs/operator.md#metrics has the scrape config)"]
 
 
 def install(cfg: Config, p: InstallParams, *, run: SlurmRunner | None = None,
@@ -126,7 +153,8 @@ def install(cfg: Config, p: InstallParams, *, run: SlurmRunner | None = None,
         paths.add(path_of(key, p.conf_dir))
         if rec.backup:
             paths.add(path_of(rec.backup, p.conf_dir))
-    new_dirs = state.missing_dirs([d for d in (p.hooks, p.systemd_dir) if d is not None])
+    new_dirs = state.missing_dirs([d for d in (p.hooks, p.systemd_dir, p.rules_path.parent)
+                                   if d is not None])
     current = state.read_current(sorted(p_ for p_ in paths
                                         if not any(p_.is_relative_to(d) for d in new_dirs)))
     changes = plan_install([(f.path, f.text, f.mode) for f in files], conf, current,
@@ -141,7 +169,7 @@ def install(cfg: Config, p: InstallParams, *, run: SlurmRunner | None = None,
                                    f"changed. Start slurmdbd, or use --no-accounts")
     else:
         acc = AccountsReport(skipped=True)
-    steps = next_steps(p)
+    steps = next_steps(cfg, p)
     if dry_run or changes.refusals:
         return Outcome("install", changes, dry_run, False, acc, steps)
     if changes.changed:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from slurm_ml import assets
-from slurm_ml.deploy.bundle import HOOK_SOURCE, UNITS, Sources
+from slurm_ml.deploy.bundle import HOOK_SOURCE, RULES_NAME, UNITS, Sources
 from slurm_ml.deploy.errors import BadInput
 from slurm_ml.deploy.manifest import MANIFEST_NAME, Manifest
 from slurm_ml.deploy.plan import Current
@@ -36,13 +36,14 @@ def _asset(*parts: str) -> Path:
 def read_sources(templates: Path | None = None) -> Sources:
     """The files shipped with slurm-ml in ``slurm_ml/share/`` (:mod:`slurm_ml.assets`):
     the include and unit templates (``templates`` replaces their directory), the shim,
-    and the one hook wrapper."""
+    the one hook wrapper and the Prometheus rules."""
     conf = templates or _asset(".")
     return Sources(
         include=_read(conf / "slurm-ml.conf.tmpl"),
         shim=_read(render.shim_source()),
         hook=_read(_asset(HOOK_SOURCE)),
         units={name: _read(conf / "systemd" / f"{name}.tmpl") for name in UNITS},
+        rules=_read(_asset("prometheus", RULES_NAME)),
     )
 
 

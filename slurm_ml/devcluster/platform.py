@@ -25,7 +25,8 @@ DEBIAN_PACKAGES = (
     "passwd",
     # The GPU nodes' metrics: node_exporter serves the periodic check's textfiles (its
     # Debian default directory is health.textfile_dir's default); prometheus brings
-    # promtool, which checks rules written over them.
+    # promtool, which runs the shipped alert rules' tests, and runs in the integration
+    # test that scrapes a real daemon (tests/integration/test_prometheus_alerts.py).
     "prometheus-node-exporter",
     "prometheus",
 )

@@ -39,6 +39,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/()+,#%<>=-]+")
 _CHECK_ID = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+")
 #: How a check's breaker is written as an audit target and on screen.
 CHECK_PREFIX = "check:"
+#: The node :func:`breaker_states` asks the breakers about: no node has this name, so
+#: every drain in a breaker's scope counts against it (a node's own drain never does).
+_NEXT_NODE = "\0next"
 
 
 def clean_reason(text: str) -> str:
@@ -272,6 +275,45 @@ def decide_drain(node: str, node_class: str, class_size: int, fleet_size: int,
         reason += "; set aside: " + "; ".join(r for _, r in set_aside)
     return DrainDecision(v.allowed, reason, tuple(acted) if v.allowed else (),
                          tuple(set_aside), tuple(raised))
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerState:
+    """One breaker as the metrics show it. ``refusing``: it would refuse the next drain
+    in its scope (an alarm is open, or its drains in the window have spent the budget,
+    so the next one trips it); ``tripped``: an alarm is open, until an operator resets
+    the scope."""
+
+    refusing: bool
+    tripped: bool
+
+
+def breaker_states(class_sizes: Mapping[str, int], fleet_size: int, *,
+                   history: Sequence[DrainEvent], alarms: Sequence[Alarm], now: datetime,
+                   cfg: QuarantineConfig, resets: Mapping[Scope, datetime] | None = None,
+                   ) -> dict[Scope, BreakerState]:
+    """Every class breaker (``class_sizes``: each node class and its size) and the
+    breaker of every check that drained in the window or has an alarm open, asked what
+    the drain decision (``may_drain``, ``may_drain_for_check``) would say about a node
+    not drained yet. A check's breaker refuses when it would refuse a node of some class:
+    it trips only across two classes, so which class the next node is in matters. The
+    alarms the questions would raise are dropped: nothing is drained or recorded."""
+    out: dict[Scope, BreakerState] = {}
+    tripped_classes = {a.node_class for a in alarms if a.check is None}
+    for node_class, size in class_sizes.items():
+        v = may_drain(_NEXT_NODE, node_class, size, history=history, alarms=alarms, now=now,
+                      cfg=cfg, resets=resets)
+        out[Scope.of_class(node_class)] = BreakerState(not v.allowed,
+                                                       node_class in tripped_classes)
+    tripped_checks = {a.check for a in alarms if a.check is not None}
+    for check in sorted({c for e in history for c in e.checks} | tripped_checks):
+        refusing = any(not may_drain_for_check(_NEXT_NODE, node_class, check, fleet_size,
+                                               history=history, alarms=alarms, now=now,
+                                               cfg=cfg, resets=resets).allowed
+                       for node_class in class_sizes)
+        out[Scope.of_check(check)] = BreakerState(refusing or check in tripped_checks,
+                                                  check in tripped_checks)
+    return out
 
 
 def pass_streak(results: Sequence[bool]) -> int:

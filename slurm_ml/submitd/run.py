@@ -1,4 +1,4 @@
-"""Wire submitd together: config, store, state refresher, server."""
+"""Wire submitd together: config, store, state refresher, server, metrics."""
 
 from __future__ import annotations
 
@@ -47,9 +47,12 @@ def run_submitd(cfg: Config, config_path: Path | None, socket_path: Path, *,
     refresher = StateRefresher(store, cfg, slurm=slurm)
     refresher.start()
     server = PolicyServer(cfg, refresher, config_path=config_path)
+    # submitd.* is read at start only, like the socket: a reload changes the policy
+    server.metrics.serve(cfg.submitd.metrics_port, cfg.submitd.metrics_addr)
     try:
         serve(server, socket_path, group, auth_key)
     finally:
+        server.metrics.close()
         refresher.stop()
         if store is not None:
             store.close()

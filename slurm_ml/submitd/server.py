@@ -5,9 +5,8 @@ connection open across submissions. Each connection is served by its own thread;
 decision itself is pure and takes well under a millisecond, so nothing on the request
 path touches the database. SIGHUP reloads the config (a bad one is refused and the old
 one kept) and refreshes the state. No failure of a reload stops submitd; a refused one is
-logged and shown by ``ping`` (``config_reload_failed``) and ``stats`` (also the errors)
-until a reload succeeds: submitd has no metrics endpoint, and ``submitd-ctl`` is what
-operators and health checks ask.
+logged and shown by ``ping`` (``config_reload_failed``), ``stats`` (also the errors) and
+the metrics (:mod:`.metrics`) until a reload succeeds.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from slurm_ml.policy.admission.cluster_view import ClusterView, cluster_view
 from slurm_ml.policy.admission.state import LaneAdmission
 from slurm_ml.policy.lane_requeue import wakes_on
 from slurm_ml.submitd.auth import socket_dir_problem
+from slurm_ml.submitd.metrics import SubmitdMetrics
 from slurm_ml.submitd.state import StateRefresher
 from slurm_ml.submitd.wire import (
     ROUTE_FIELDS,
@@ -75,7 +75,8 @@ class PolicyServer:
     """Answers request lines; independent of the transport so tests and benchmarks call it."""
 
     def __init__(self, cfg: Config, refresher: StateRefresher, config_path: Path | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 metrics: SubmitdMetrics | None = None) -> None:
         self.policy = Policy(cfg, cluster_view(cfg))
         self.refresher = refresher
         self.config_path = config_path
@@ -86,6 +87,13 @@ class PolicyServer:
         #: the last reload's errors while it failed (the running config is older than
         #: the file); None once a reload succeeds
         self.reload_errors: list[str] | None = None
+        self.metrics = metrics or SubmitdMetrics(_shim_timeout_s(cfg))
+        self.metrics.watch(
+            state_error=lambda: refresher.last_error is not None,
+            state_loaded=lambda: (refresher.current.loaded_at.timestamp()
+                                  if refresher.current.loaded_at else 0.0),
+            reload_failed=lambda: self.reload_errors is not None,
+            config_loaded=lambda: self.config_loaded_at)
 
     def reload(self) -> bool:
         """Re-read the config file; keep the old one if the new one is bad.
@@ -129,23 +137,39 @@ class PolicyServer:
     def handle_line(self, line: bytes | str) -> dict[str, Any]:
         """One request line → the reply object. Never raises."""
         t0 = time.perf_counter()
+        reply, action = self._answer(line, t0)
+        if action is not None:  # a submission or an update, not a control request
+            self.metrics.answered(action, time.perf_counter() - t0,
+                                  _shim_timeout_s(self.policy.cfg))
+        return reply
+
+    def long_line(self) -> dict[str, Any]:
+        """The reply to a request line longer than MAX_LINE (never read whole)."""
+        self.counts["bad_request"] += 1
+        self.metrics.answered("bad_request", 0.0, _shim_timeout_s(self.policy.cfg))
+        return {"v": VERSION, "action": "error", "error": "request line too long"}
+
+    def _answer(self, line: bytes | str, t0: float) -> tuple[dict[str, Any], str | None]:
+        """The reply, and how it answers a submission or update (``metrics.ACTIONS``;
+        None for ping, stats and refresh)."""
         try:
             env = parse_line(line)
             if env.op == "ping":
                 return {"v": VERSION, "action": "pong",
-                        "config_reload_failed": self.reload_errors is not None}
+                        "config_reload_failed": self.reload_errors is not None}, None
             if env.op == "stats":
-                return {"v": VERSION, "action": "stats", "stats": self.stats()}
+                return {"v": VERSION, "action": "stats", "stats": self.stats()}, None
             if env.op == "refresh":  # asynchronous: poll stats until refresh_served >= request
                 request = self.refresher.request_refresh()
                 return {"v": VERSION, "action": "refreshing",
-                        "generation": self.refresher.generation, "request": request}
+                        "generation": self.refresher.generation, "request": request}, None
             policy, state = self.policy, self.refresher.current
             update = env.op == "modify"
             if update:
                 fields = touched(env.job)
                 if not fields:
-                    return {"v": VERSION, "action": "accept", "set": {}, "message": ""}
+                    return ({"v": VERSION, "action": "accept", "set": {}, "message": ""},
+                            "accept")
                 job = merge_update(env.current, env.job)
                 job.setdefault("user_name", _user_name(job.get("user_id")))
                 # QOS, account or partition: judged by routing as a submission would be
@@ -172,15 +196,18 @@ class PolicyServer:
                     env.op, req.job_id, req.user, req.name, reply["action"],
                     ",".join(sorted(reply.get("set", {}))) or "-",
                     (time.perf_counter() - t0) * 1000)
-            return reply
+            if reply["action"] == "reject":
+                return reply, "reject"
+            return reply, "rewrite" if reply.get("set") else "accept"
         except BadRequest as exc:
             self.counts["bad_request"] += 1
             log.warning("bad request: %s", exc)
-            return {"v": VERSION, "action": "error", "error": str(exc)}
+            return {"v": VERSION, "action": "error", "error": str(exc)}, "bad_request"
         except Exception as exc:  # a policy bug must not take submissions down with it
             self.counts["internal_error"] += 1
             log.exception("internal error on a request; the shim accepts the job unchanged")
-            return {"v": VERSION, "action": "error", "error": f"internal error: {exc}"}
+            return ({"v": VERSION, "action": "error", "error": f"internal error: {exc}"},
+                    "internal_error")
 
     def _wake_daemon(self, cfg: Config, now: datetime, name: str, account: str) -> None:
         """Tell the daemon a job entered the lane, for the cycles that can make room for
@@ -210,6 +237,11 @@ class PolicyServer:
             "default_accounts": len(state.default_accounts),
             "slurm_error": self.refresher.slurm_error,
         }
+
+
+def _shim_timeout_s(cfg: Config) -> float:
+    """How long the shim waits for a reply before it lets the job through unchanged."""
+    return cfg.policy.admission.socket_timeout_ms / 1000
 
 
 def _user_name(uid: object) -> str | None:
@@ -242,8 +274,7 @@ class _Handler(socketserver.StreamRequestHandler):
             if not line:
                 return
             if len(line) > MAX_LINE and not line.endswith(b"\n"):
-                policy.counts["bad_request"] += 1
-                self._send({"v": VERSION, "action": "error", "error": "request line too long"})
+                self._send(policy.long_line())
                 return
             if not self._send(policy.handle_line(line)):
                 return

@@ -33,6 +33,7 @@ from slurm_ml.config import (
     PolicyConfig,
     SlurmConfig,
     StoreConfig,
+    SubmitdConfig,
     load_config,
 )
 from slurm_ml.config.parse import SECTIONS_OPTIONAL, SECTIONS_REQUIRED
@@ -236,6 +237,7 @@ def test_knobs_are_at_their_defaults(cfg: Config) -> None:
     assert cfg.slurm == SlurmConfig()
     assert cfg.store == StoreConfig()
     assert cfg.daemon == DaemonConfig()
+    assert cfg.submitd == SubmitdConfig()
     assert cfg.health == HealthConfig()
 
 
@@ -259,6 +261,7 @@ def test_every_knob_line_has_a_comment() -> None:
     blocks = _blocks(EXAMPLE_YAML.read_text())
     sections: dict[str, type] = {
         "slurm": SlurmConfig, "store": StoreConfig, "daemon": DaemonConfig,
+        "submitd": SubmitdConfig,
         "health": HealthConfig,
         **{f"policy.{f.name}": _hints(PolicyConfig)[f.name]
            for f in dataclasses.fields(PolicyConfig)},

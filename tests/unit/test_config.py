@@ -29,6 +29,7 @@ from slurm_ml.config import (
     ReclaimConfig,
     SlurmConfig,
     StoreConfig,
+    SubmitdConfig,
     load_config,
     parse_config,
 )
@@ -54,6 +55,7 @@ KNOB_SECTIONS: dict[str, type[Any]] = {
     "slurm": SlurmConfig,
     "store": StoreConfig,
     "daemon": DaemonConfig,
+    "submitd": SubmitdConfig,
     "health": HealthConfig,
 }
 
@@ -149,7 +151,7 @@ def test_ints_become_floats_where_floats_are_expected() -> None:
 
 def test_defaults_equal_the_example_values() -> None:
     data = example()
-    for section in ("policy", "slurm", "store", "daemon", "health"):
+    for section in ("policy", "slurm", "store", "daemon", "submitd", "health"):
         del data[section]
     assert parse_config(data) == load_config(EXAMPLE)
 

@@ -72,6 +72,17 @@ def test_dry_run_diff_on_a_fresh_dir_without_slurm(tmp_path: Path) -> None:
     assert "slurm-ml install: planning" in err  # progress on stderr
 
 
+def test_rules_dir_puts_the_prometheus_rules_there(tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    rules = tmp_path / "prom-rules"
+    code, out, err = _install(tmp_path, etc, "--no-accounts", "--rules-dir", str(rules),
+                              "--json")
+    assert code == 0, err
+    assert (rules / "slurm-ml.rules.yml").is_file()
+    steps = json.loads(out)["next_steps"]
+    assert any(f"rule_files: [{rules}/slurm-ml.rules.yml]" in s for s in steps), steps
+
+
 def test_real_install_with_slurm_unreachable_exits_3_and_changes_nothing(
         tmp_path: Path) -> None:
     etc = make_conf_dir(tmp_path)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from deploy_helpers import cfg, make_conf_dir, params, snapshot
 
+from slurm_ml.assets import asset_path
+from slurm_ml.config import SubmitdConfig
 from slurm_ml.deploy.errors import BadInput
 from slurm_ml.deploy.install import install, site_part, uninstall
 from slurm_ml.deploy.manifest import MANIFEST_NAME
@@ -25,7 +28,7 @@ def test_dry_run_shows_the_full_change_set_and_changes_nothing(tmp_path: Path) -
     kinds = {(a.kind, a.path.name) for a in out.changes.actions}
     for name in ("job_submit.lua", "slurm-ml.conf", "slurm-ml.env", "slurm-ml-prolog",
                  "slurm-ml-epilog", "slurm-ml-healthcheck", "slurm-ml-submitd.service",
-                 "slurm-ml-daemon.service"):
+                 "slurm-ml-daemon.service", "slurm-ml.rules.yml"):
         assert (Kind.CREATE, name) in kinds, name
     assert (Kind.EDIT, "slurm.conf") in kinds and (Kind.MKDIR, "systemd") in kinds
     text = out.render(diff=True)
@@ -47,7 +50,7 @@ def test_install_then_uninstall_leaves_the_dirs_byte_identical(tmp_path: Path) -
     assert (etc / "slurm-ml-healthcheck").stat().st_mode & 0o777 == 0o755
     assert (etc / "slurm.conf").stat().st_mode & 0o777 == 0o640  # the admin's mode kept
     manifest = json.loads((etc / MANIFEST_NAME).read_text())
-    assert set(manifest["files"]) >= {"job_submit.lua", "slurm-ml.conf",
+    assert set(manifest["files"]) >= {"job_submit.lua", "slurm-ml.conf", "slurm-ml.rules.yml",
                                       str(tmp_path / "systemd" / "slurm-ml-daemon.service")}
     assert manifest["slurm_conf"]["newline_added"] is True
     assert len(manifest["slurm_conf"]["partition_lines"]) == 2
@@ -56,6 +59,48 @@ def test_install_then_uninstall_leaves_the_dirs_byte_identical(tmp_path: Path) -
     assert res.applied and res.exit_code == 0
     assert snapshot(tmp_path) == before
     assert not (tmp_path / "systemd").exists()  # created by install, removed when empty
+
+
+def test_the_prometheus_rules_go_in_as_shipped_and_the_report_says_how_to_load_them(
+        tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    out = install(cfg(), params(tmp_path, etc))
+
+    rules = etc / "slurm-ml.rules.yml"
+    assert rules.read_bytes() == asset_path("prometheus", "slurm-ml.rules.yml").read_bytes()
+    assert rules.stat().st_mode & 0o777 == 0o644
+    text = out.render(diff=False)
+    assert f"rule_files: [{rules}]" in text
+    for job in ("slurm-ml-daemon on :9309", "slurm-ml-submitd on :9310", "node: node_exporter"):
+        assert job in text, job
+    assert "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in text
+    assert out.as_dict()["next_steps"] == list(out.next_steps)
+
+
+def test_the_rules_may_go_where_prometheus_reads_them_and_come_out_again(
+        tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    before = snapshot(tmp_path)
+    rules_dir = tmp_path / "prometheus" / "rules"
+    out = install(cfg(), params(tmp_path, etc, rules_dir=rules_dir))
+
+    assert (rules_dir / "slurm-ml.rules.yml").is_file()
+    assert not (etc / "slurm-ml.rules.yml").exists()
+    assert f"rule_files: [{rules_dir}/slurm-ml.rules.yml]" in out.render(diff=False)
+    manifest = json.loads((etc / MANIFEST_NAME).read_text())
+    assert str(rules_dir / "slurm-ml.rules.yml") in manifest["files"]
+    assert uninstall(etc).applied
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "prometheus").exists()  # made by install, gone with it
+
+
+def test_metrics_turned_off_are_no_scrape_job(tmp_path: Path) -> None:
+    etc = make_conf_dir(tmp_path)
+    off = replace(cfg(), submitd=SubmitdConfig(metrics_port=0),
+                  daemon=replace(cfg().daemon, metrics_addr="0.0.0.0"))
+    steps = " ".join(install(off, params(tmp_path, etc), dry_run=True).next_steps)
+    assert "slurm-ml-submitd (off: its metrics_port is 0)" in steps
+    assert "slurm-ml-daemon on :9309 of each controller host;" in steps  # no 127.0.0.1 note
 
 
 def test_hooks_find_the_env_file_without_slurm_conf(tmp_path: Path) -> None:

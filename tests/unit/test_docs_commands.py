@@ -63,6 +63,7 @@ ALLOWED_TOOLS = frozenset({
     "mungekey", "munge", "unmunge", "create-munge-key", "psql", "createuser", "createdb",
     "lint-imports", "pip", "nvidia-smi", "dmesg", "cd", "export", "set", ".", "source",
     "eval", "echo", "true", "sleep", "docker", "docker-compose", "mysql",
+    "promtool",  # Prometheus' own checker of the shipped rules
 })
 
 #: Commands run for real (key: the doc line's words, joined by single spaces, the

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from slurm_ml.config import QuarantineConfig
 from slurm_ml.policy.quarantine import (
     Alarm,
+    BreakerState,
     DrainDecision,
     DrainEvent,
     Scope,
+    breaker_states,
     check_budget,
     decide_drain,
     drain_budget,
@@ -310,6 +312,61 @@ def test_a_check_reset_starts_a_fresh_window_for_that_check() -> None:
     # the classes' own breakers are not reset by a check's reset
     assert not may_drain("n13", "b", 10, history=SPREAD, alarms=[], now=NOW, cfg=CFG,
                          resets=reset).allowed
+
+
+# ------------------------------------------------- the breakers as the metrics show them
+
+
+def states(history: list[DrainEvent], alarms: list[Alarm] | None = None,
+           resets: dict[Scope, datetime] | None = None) -> dict[Scope, BreakerState]:
+    return breaker_states({"a": 10, "b": 10, "c": 10}, FLEET, history=history,
+                          alarms=alarms or [], now=NOW, cfg=CFG, resets=resets)
+
+
+def test_quiet_breakers_neither_refuse_nor_are_tripped() -> None:
+    assert states([]) == {Scope.of_class(c): BreakerState(False, False) for c in "abc"}
+
+
+def test_a_class_whose_budget_is_spent_refuses_the_next_drain_before_it_trips() -> None:
+    two = [drained("n10", 5, NVL), drained("n11", 5)]  # class b's budget: 2
+
+    got = states(two)
+
+    assert got[Scope.of_class("b")] == BreakerState(refusing=True, tripped=False)
+    assert got[Scope.of_class("a")] == BreakerState(False, False)
+    # what the drain decision says of a node of b not drained yet, the same
+    assert not decide("n12", [], two).allowed
+    # a check below its fleet budget: shown, refusing nothing
+    assert got[Scope.of_check(NVL)] == BreakerState(False, False)
+
+
+def test_an_open_alarm_is_tripped_and_refusing_until_its_reset() -> None:
+    class_alarm = Alarm("a", ago(60), ("n00", "n01"), "n02")
+    check_alarm = Alarm(None, ago(60), ("n10",), "n20", check="xid.79")
+
+    got = states([], [class_alarm, check_alarm])
+
+    assert got[Scope.of_class("a")] == BreakerState(True, True)
+    assert got[Scope.of_check("xid.79")] == BreakerState(True, True)
+    assert got[Scope.of_class("b")] == BreakerState(False, False)
+
+
+def test_a_check_at_its_budget_refuses_since_a_node_of_another_class_would_trip_it() -> None:
+    got = states(SPREAD)
+
+    assert got[Scope.of_check(NVL)] == BreakerState(True, False)
+    # after the check's reset its window is fresh
+    fresh = states(SPREAD, resets={Scope.of_check(NVL): ago(3)})
+    assert fresh[Scope.of_check(NVL)] == BreakerState(False, False)
+
+
+def test_a_check_breaker_in_a_one_class_fleet_never_refuses() -> None:
+    one_class = [drained(f"n{i:02d}", 5, NVL) for i in range(3, 10)]
+
+    got = breaker_states({"a": 10}, 10, history=one_class, alarms=[], now=NOW, cfg=CFG)
+
+    assert got[Scope.of_check(NVL)] == BreakerState(False, False)
+    assert got[Scope.of_class("a")].refusing
 
 
 @pytest.mark.parametrize(("text", "ok"), [
