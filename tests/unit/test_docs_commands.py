@@ -1,12 +1,14 @@
 """Every command shown in the docs is checked, so the docs cannot rot.
 
 Commands are the lines of ```sh / ```bash / ```shell blocks (and the ``$ `` lines of
-```console blocks) in docs/*.md and README.md (not docs/benchmarks-history.md, a record of
-what was run); a trailing ``\\`` continues a line, ``#`` starts a comment, ``;``, ``&&``,
-``||`` and ``|`` separate commands, ``$(...)`` inside a word is checked as a command of its
-own, and ``[--opt]`` is usage syntax for an optional word (checked both without and with
-it). Placeholders must be concrete example values (``slurm-ml why 1234``, ``quarantine
-resume gpu03``) so that the lines parse.
+```console blocks) in docs/*.md, README.md and BENCHMARKS.md (not docs/benchmarks-history.md,
+a record of what was run), and the ``python3 benchmarks/...``, ``make ...`` and
+``slurm-ml ...`` code spans in BENCHMARKS.md's tables (its rerun column); a trailing ``\\``
+continues a line, ``#`` starts a comment, ``;``, ``&&``, ``||`` and ``|`` separate
+commands, ``$(...)`` inside a word is checked as a command of its own, and ``[--opt]`` is
+usage syntax for an optional word (checked both without and with it). Placeholders must
+be concrete example values (``slurm-ml why 1234``, ``quarantine resume gpu03``) so that
+the lines parse.
 
 For each command:
 
@@ -21,8 +23,9 @@ For each command:
   that runs that subcommand on the dev cluster; the test must exist) or be listed in
   ``PARSE_ONLY`` with the reason it is not run here.
 * ``sbatch ...`` options must parse with ``slurm_ml.submitd.sbatch_args`` (sbatch 22.05's
-  own rules); ``make TARGET`` targets must exist in the Makefile; every other program
-  must be in ``ALLOWED_TOOLS``.
+  own rules); ``make TARGET`` targets must exist in the Makefile; ``python3
+  benchmarks/NAME.py`` must name a script there, and each ``--option`` it is given must
+  appear in that script; every other program must be in ``ALLOWED_TOOLS``.
 
 A failing command fails with ``file:line: command: what is wrong``.
 """
@@ -49,8 +52,11 @@ REPO = Path(__file__).resolve().parents[2]
 #: docs/benchmarks-history.md is left out: its commands are a record of what was run on
 #: the day, kept as run, and an option they used may since have changed or gone.
 HISTORY = frozenset({"benchmarks-history.md"})
+BENCHMARKS = REPO / "BENCHMARKS.md"
 DOC_FILES = (*sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in HISTORY),
-             REPO / "README.md")
+             REPO / "README.md", BENCHMARKS)
+#: A command in a table cell of BENCHMARKS.md: each row's rerun command.
+_TABLE_COMMAND = re.compile(r"`((?:python3 benchmarks/|make |slurm-ml )[^`]*)`")
 SHELL_LANGS = {"sh", "bash", "shell"}
 CONSOLE_LANGS = {"console", "shell-session"}
 
@@ -285,22 +291,31 @@ def split_commands(text: str) -> list[list[str]]:
     return [c for c in out if c]
 
 
+def _command_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, command line) of every shell block, and of BENCHMARKS.md's tables."""
+    for lang, body in _blocks(path):
+        if lang in SHELL_LANGS | CONSOLE_LANGS:
+            yield from _logical(lang, body)
+    if path == BENCHMARKS:
+        for no, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.startswith("|"):
+                for m in _TABLE_COMMAND.finditer(line):
+                    yield no, m.group(1)
+
+
 def doc_commands() -> list[DocCommand]:
     found = []
     for path in DOC_FILES:
-        for lang, body in _blocks(path):
-            if lang not in SHELL_LANGS | CONSOLE_LANGS:
+        for no, text in _command_lines(path):
+            try:
+                simple = split_commands(text)
+            except ValueError as exc:  # unbalanced quotes
+                found.append(DocCommand(path, no, text, ("<unparsable>", str(exc))))
                 continue
-            for no, text in _logical(lang, body):
-                try:
-                    simple = split_commands(text)
-                except ValueError as exc:  # unbalanced quotes
-                    found.append(DocCommand(path, no, text, ("<unparsable>", str(exc))))
-                    continue
-                for argv in simple:
-                    for form in _optional_forms(_strip_wrappers(argv)):
-                        if form:
-                            found.append(DocCommand(path, no, text, tuple(form)))
+            for argv in simple:
+                for form in _optional_forms(_strip_wrappers(argv)):
+                    if form:
+                        found.append(DocCommand(path, no, text, tuple(form)))
     return found
 
 
@@ -411,6 +426,14 @@ def test_other_command_is_known(cmd: DocCommand) -> None:
         for t in cmd.argv[1:]:
             if not t.startswith("-") and "=" not in t:
                 assert t in targets, f"{cmd.where}: no make target {t!r}"
+    elif tool == "python3" and len(cmd.argv) > 1 and cmd.argv[1].startswith("benchmarks/"):
+        script = REPO / cmd.argv[1]
+        assert script.is_file(), f"{cmd.where}: no script {cmd.argv[1]}"
+        source = script.read_text()
+        for word in cmd.argv[2:]:
+            option = word.split("=", 1)[0]
+            if option.startswith("--"):
+                assert f'"{option}"' in source, f"{cmd.where}: {script.name} has no {option}"
     else:
         assert tool in ALLOWED_TOOLS, f"{cmd.where}: {tool!r} is not in ALLOWED_TOOLS"
 
