@@ -1,10 +1,11 @@
 """The fast lane's own requeues: room for a waiting debug job when nothing else frees it.
 
 At 2-3x allocated demand the lane's SiteFactor alone is not enough: free-QOS work barely
-runs (0.9% of the GPU time of a judged window in the simulator, BENCHMARKS.md), so
-Slurm's preempt/qos has nothing to requeue, and a lane job waits for the next job end
-(up to minutes on a cluster of long jobs). Ai2's debug jobs preempt work past its
-minimum runtime; so may a lane job here, after ``fast_lane.preempt_after_s``:
+runs (0.9% of the GPU time of a judged window in the simulator; docs/benchmarks-history.md,
+"Scheduling outcomes: the targets table"), so Slurm's preempt/qos has nothing to requeue,
+and a lane job waits for the next job end (up to minutes on a cluster of long jobs). Ai2's
+debug jobs preempt work past their minimum runtime; so may a lane job here, after
+``fast_lane.preempt_after_s``:
 
 * victims are what the contracts' window rule may requeue for anyone
   (``contracts.requeueable``): allocated, resumable, batch work past its protected
