@@ -129,8 +129,10 @@ class FastLaneConfig:
     # GPUs of allocated work the daemon may requeue per contracts.preempt_cap_window_s
     # for lane jobs that wait (fraction of the cluster, floor; 0 = never): work past its
     # protected runtime, of over-served allocations, the fewest GPU-hours lost first.
-    # 0.02 by default: issue 18's debug target needs it (BENCHMARKS.md, "scheduling
-    # outcomes"); below 50 GPUs it floors to 0, so small clusters never use it.
+    # 0.02 by default: without it the debug-job wait target (p90 <= 60 s at 2-3x demand;
+    # docs/design.md, "Targets") is missed, since a cluster full of allocated work leaves
+    # Slurm no free work to preempt (BENCHMARKS.md, "The fast lane's levers"); below 50
+    # GPUs it floors to 0, so small clusters never use it.
     preempt_cap_fraction: float = knob(0.02, share)
     preempt_after_s: float = knob(30.0, ge(0))  # a lane job waits this long before that
     # Seconds between the checkpoint signal and the requeue for the lane's requeues (a

@@ -144,8 +144,8 @@ class KernelEvent:
     """A kernel message about a GPU that is not an ``Xid`` line.
 
     A GPU that falls off the bus, never initialises or fails the driver's probe often
-    logs no Xid at all (research: the held-out fault captures of issue 15), only NVRM's
-    own text naming its PCI address. ``kind`` is one of
+    logs no Xid at all (docs/research/gpu-fault-corpus/: the held-out fault captures),
+    only NVRM's own text naming its PCI address. ``kind`` is one of
     ``replay.kernel.KINDS`` ("fallen_off_bus", "init_failed", ...).
     """
 

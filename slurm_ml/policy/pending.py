@@ -5,7 +5,8 @@ GPUs or gaining priority can start it. A job that is held, waits on a dependency
 begin time, is blocked by its own association's, QOS's or array's limit, or needs nodes
 that are down, drained or reserved would not start if every GPU were free. Counting it
 would let anyone raise their owed hours, and so get others' jobs requeued, by queueing
-work that cannot run (issue 16: 20 ``Dependency`` jobs moved a team from 0.91 to 0.50).
+work that cannot run (20 ``Dependency`` jobs queued for one team moved its ratio from
+0.91 to 0.50 and got another team's running job requeued).
 
 The reasons are Slurm's codes (``squeue --json`` ``state_reason``, or scontrol's
 ``Reason=``, whose text after a comma is detail), as ``src/common/job_state_reason.c``

@@ -31,8 +31,9 @@ Definitions (window ``[a, b]``, default the run's ``[start_s, end_s]``):
 - *Requeues* and lost GPU-hours are summed over jobs in scope; *preemptions* is the run's
   total, the contracts' requeues plus Slurm's own QOS preemptions of free work (the
   result does not say when they happened).
-- *Large-job p90 wait* (``large_job_p90_wait``, issue 18): the p90 wait of jobs of at
-  least 16 GPUs submitted in the window given (the judged one), censored waits included.
+- *Large-job p90 wait* (``large_job_p90_wait``, the large-job target's measure): the p90
+  wait of jobs of at least 16 GPUs submitted in the window given (the judged one),
+  censored waits included.
 - *Preemption loss fraction* (``preemption_loss_fraction``): GPU-seconds lost to
   requeues (not node faults) over all GPU-seconds the jobs' runs held, over the run.
 - *Targets*, six: the minimum team ratio over teams with enough demand >= 95%, the
@@ -483,14 +484,15 @@ def _wait_stats(jobs: Sequence[JobOutcome], run_end: float) -> WaitStats:
         max_s=max(waits) if waits else None)
 
 
-#: Issue 18's large job, for its large-job wait target: at least this many GPUs.
+#: A large job, for the large-job wait target (p90 no worse than fifo's): at least this
+#: many GPUs.
 LARGE_JOB_GPUS = 16
 
 
 def large_job_p90_wait(result: SimResult, window: tuple[float, float], *,
                        min_gpus: int = LARGE_JOB_GPUS) -> float | None:
     """p90 queue wait (s) of the jobs of at least ``min_gpus`` GPUs submitted in
-    ``window`` (bounds included; issue 18 judges it over the judged window).
+    ``window`` (bounds included; the large-job target judges it over the judged window).
 
     By GPU count, not job class: ``LARGE`` is a gang of more than one node, so it
     depends on the node size. A job that never started counts as waiting until the

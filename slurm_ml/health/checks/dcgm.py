@@ -16,8 +16,8 @@
   ``GPUn: Pass`` rows; "internal error", "couldn't be parsed"), a failure whose messages
   say the run itself broke (a library, a version mismatch, a child process), a 3.x
   ``Warn``, a run that did not happen (``runtime_error``): a flag. DCGM cannot judge a
-  GPU from such a run; nothing is drained for it (DCGM issue 253: a Slurm job's cpuset
-  made the pcie test fail on healthy B200s).
+  GPU from such a run; nothing is drained for it (NVIDIA/DCGM#253 on GitHub: a Slurm
+  job's cpuset made the pcie test fail on healthy B200s).
 * ``Skip`` and ``Pass``: nothing.
 
 Check ids are ``dcgm.<plugin>`` ("dcgm.memory", "dcgm.pcie"), so each test has its own

@@ -19,9 +19,10 @@ S = Severity
 _LOST = re.compile(r"gpu is lost|fallen off the bus|requires? (a )?reset|reset required"
                    r"|gpu_?is_?lost|reset_?required|device handle unavailable", re.IGNORECASE)
 #: Errors in place of readings that say the GPU itself is in an error state: NVML's
-#: UNKNOWN and TIMEOUT returns, nvidia-smi's ``ERR!`` and ``[Unknown Error]`` (issue 15:
-#: these are faults of that GPU, not "could not check"). Permissions, a missing library
-#: or a version mismatch are the probe's problem and stay probe.gpu_error flags.
+#: UNKNOWN and TIMEOUT returns, nvidia-smi's ``ERR!`` and ``[Unknown Error]`` (in the
+#: held-out fault captures, docs/research/gpu-fault-corpus/, these are faults of that GPU,
+#: not "could not check"). Permissions, a missing library or a version mismatch are the
+#: probe's problem and stay probe.gpu_error flags.
 _ERROR_STATE = re.compile(r"unknown error|\berr!|\btimeout\b|timed out", re.IGNORECASE)
 _NOT_THE_GPU = re.compile(r"permission|not found|mismatch|uninitiali[sz]ed|not loaded",
                           re.IGNORECASE)

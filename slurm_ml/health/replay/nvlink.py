@@ -43,7 +43,7 @@ _GPU_HEADER = re.compile(r"GPU (\d{1,4}):(?:\s.*)?")
 #: What posters put where they cut output short; under a GPU header it means that GPU's
 #: link list is incomplete (parse_nvlink_status then leaves the GPU unread).
 _ELISION = frozenset({"...", "....", "[...]", "…", "[…]"})
-#: Spelled "inActive" by some drivers (B200, issue 15's held-out captures) and
+#: Spelled "inActive" by some drivers (B200, in the held-out fault captures) and
 #: "inactive" by others (Azure NHC had to match both): compared without case.
 _ALL_INACTIVE = "all links are inactive"
 _STATUS = re.compile(r"Link (\d{1,3}):\s*([^:]*)")
