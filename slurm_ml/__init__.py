@@ -1,3 +1,3 @@
 """slurm-ml: make a shared Slurm cluster good at ML work."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
