@@ -26,6 +26,22 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PG_LOCK_KEY = 0x736C_6D6C_7465_7374  # "slmltest"
 
 
+#: A unit test needs no cluster and waits on nothing: one that takes longer than this is
+#: slow or stuck, and says so instead of holding a run for pyproject's 300 s. A unit
+#: test that must take longer carries its own @pytest.mark.timeout(...), with why.
+UNIT_TIMEOUT_S = 30
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests (neither integration nor compose) time out after UNIT_TIMEOUT_S."""
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("integration") or item.get_closest_marker("compose"):
+            continue
+        item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
+
+
 def _need(var: str) -> str:
     value = os.environ.get(var)
     if not value:
