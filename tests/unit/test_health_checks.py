@@ -923,6 +923,7 @@ since = st.one_of(st.none(), st.floats(allow_nan=False))
 call_kw = st.fixed_dictionaries({"gpus": maybe_ids, "xid_since": since, "job_pids": maybe_ids})
 
 
+@pytest.mark.timeout(120)  # hypothesis draws hundreds of whole nodes: ~10 s on a quiet VM
 @PROP
 @given(snap=snapshot_strategy, prev=st.one_of(st.none(), snapshot_strategy), exp=exp_strategy,
        kw=call_kw)

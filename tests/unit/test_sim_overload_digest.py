@@ -91,6 +91,7 @@ def test_overloaded_outcomes_are_unchanged(policy: str) -> None:
 AT_DAEMON_CADENCE = "2d48634c045042d18222ab61b5df84e0e02f5275a008047ac47bb36e5174a83b"
 
 
+@pytest.mark.timeout(180)  # a whole overloaded week at the 60 s cadence: ~30 s on a quiet VM
 def test_overloaded_outcomes_at_the_daemons_cadence_are_unchanged() -> None:
     cfg, jobs = overloaded(lane=True, reclaim=True, lane_requeues=True, gpus=256, hours=96)
     assert lane_requeues_on(cfg.policy.fast_lane, 256)

@@ -60,6 +60,7 @@ def test_three_values_of_one_knob_give_the_table_chart_and_json(
     assert len(list((out / "points").glob("*.json"))) == 3
 
 
+@pytest.mark.timeout(120)  # runs the sweep twice in worker processes: ~13 s on a quiet VM
 def test_a_rerun_skips_every_point_already_done(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
@@ -151,6 +152,7 @@ def _fake_slurm(monkeypatch: pytest.MonkeyPatch, fail: set[int]) -> FakeSlurm:
     return fake
 
 
+@pytest.mark.timeout(120)  # a sweep gathered from worker processes: ~12 s on a quiet VM
 def test_on_slurm_submits_one_array_and_gathers_it(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"

@@ -1,0 +1,17 @@
+"""Unit tests run under a 30 s timeout (tests/conftest.py), not pyproject's 300 s."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import UNIT_TIMEOUT_S
+
+
+def test_a_unit_test_gets_the_unit_timeout(request: pytest.FixtureRequest) -> None:
+    mark = request.node.get_closest_marker("timeout")
+    assert mark is not None and mark.args == (UNIT_TIMEOUT_S,) and UNIT_TIMEOUT_S == 30
+
+
+@pytest.mark.timeout(45)
+def test_a_test_with_its_own_timeout_keeps_it(request: pytest.FixtureRequest) -> None:
+    mark = request.node.get_closest_marker("timeout")
+    assert mark is not None and mark.args == (45,)
