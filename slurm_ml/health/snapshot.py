@@ -233,3 +233,11 @@ def bus_key(bus_id: object) -> tuple[int, int, int] | None:
         return None
     domain, bus, dev = m.groups()
     return int(domain or "0", 16), int(bus, 16), int(dev, 16)
+
+
+def reading_number(value: object) -> float | None:
+    """The number in a reading (an int or float one); None for one not read,
+    NOT_SUPPORTED, or a bool, which Python would otherwise count as 0 or 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

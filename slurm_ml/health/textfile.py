@@ -29,7 +29,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from slurm_ml.health.checks import Finding, Severity, Thresholds
 from slurm_ml.health.checks.xid import XID_CLASSES, tally
-from slurm_ml.health.snapshot import Gpu, NodeSnapshot, RemappedRows, RetiredPages
+from slurm_ml.health.snapshot import (
+    Gpu,
+    NodeSnapshot,
+    RemappedRows,
+    RetiredPages,
+    reading_number,
+)
 from slurm_ml.model import Node
 from slurm_ml.policy.quarantine import owned
 
@@ -189,7 +195,7 @@ def _node(h: NodeHealth, add: _Add) -> None:
 
 def _idle(gpu: Gpu, util_pct: float) -> bool:
     """At or below the zombie line; a utilisation not read is never idle."""
-    util = _number(gpu.utilization_gpu_pct)
+    util = reading_number(gpu.utilization_gpu_pct)
     return util is not None and util <= util_pct
 
 
@@ -234,13 +240,6 @@ def _by_gpu(item: tuple[tuple[int | str, str], int]) -> tuple[bool, int, str, in
     (gpu, cls), _ = item
     return (isinstance(gpu, str), gpu if isinstance(gpu, int) else 0, str(gpu),
             XID_CLASSES.index(cls))
-
-
-def _number(value: object) -> float | None:
-    """A numeric reading; None for one not read, NOT_SUPPORTED, or a bool."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def _count(add: _Add, spec: MetricSpec, value: object, *labels: str) -> None:

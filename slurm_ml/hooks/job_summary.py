@@ -25,10 +25,9 @@ from datetime import datetime
 
 from slurm_ml.config import Config
 from slurm_ml.health.snapshot import NodeSnapshot
-from slurm_ml.hooks.stats import gpu_samples_of, number
-from slurm_ml.model import Job, JobAccounting, expand_hosts
-from slurm_ml.policy.cluster_jobs import RunningJob
-from slurm_ml.policy.jobstats.judge import judge, to_summary
+from slurm_ml.hooks.stats import job_use
+from slurm_ml.model import Job, JobAccounting
+from slurm_ml.policy.jobstats.judge import running_job_of, to_summary
 from slurm_ml.policy.jobstats.summary import read_summary, with_summary
 from slurm_ml.slurm.errors import SlurmError
 from slurm_ml.slurm.protocol import SlurmClient
@@ -50,32 +49,12 @@ class SummaryWrite:
         return f"{self.outcome}{': ' + self.why if self.why else ''}"
 
 
-def _running_job(job_id: int, acct: JobAccounting, job: Job | None, now: int) -> RunningJob:
-    return RunningJob(
-        job_id=job_id, name=acct.name, account=acct.account, user=acct.user,
-        qos=job.qos if job is not None else "", gpus=acct.alloc_gpus or (
-            job.total_gpus if job is not None else 0),
-        gpu_type=acct.gpu_type, billing_gpus=0.0, nodes=expand_hosts(acct.nodes),
-        start=acct.start or (job.start_time if job is not None and job.start_time else now),
-        time_min_s=None, requeue=job.requeue if job is not None else False,
-        batch=job.batch if job is not None else True)
-
-
-def _total_mem(cfg: Config, node: str, snap: NodeSnapshot | None,
-               keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """Each GPU's memory: this node's from the probe, other nodes' from their GPU type."""
-    out: dict[tuple[str, int], int] = {}
-    if snap is not None:
-        for g in snap.gpus:
-            mb = number(g.memory_total_mb)
-            if mb is not None:
-                out[(node, g.index)] = int(mb)
-    for key in keys:
-        if key not in out:
-            t = cfg.gpu_type_of_node(key[0])
-            if t is not None:
-                out[key] = int(t.memory_gb * 1024)
-    return out
+def _accounted(slurm: SlurmClient, job_id: int) -> tuple[JobAccounting | None, str | None]:
+    """The job as slurmdbd holds it, or why it could not be read."""
+    try:
+        return slurm.job_accounting(job_id), None
+    except SlurmError as exc:
+        return None, str(exc)
 
 
 def write_summary(job_id: int, node: str, *, cfg: Config, slurm: SlurmClient,
@@ -83,21 +62,16 @@ def write_summary(job_id: int, node: str, *, cfg: Config, slurm: SlurmClient,
                   stats: Sequence[JobGpuStats], job: Job | None, now: datetime,
                   sleep: Callable[[float], None]) -> SummaryWrite:
     """Summarise the job's use and merge it into its AdminComment (see the module doc)."""
-    try:
-        acct = slurm.job_accounting(job_id)
-    except SlurmError as exc:
-        return SummaryWrite("failed", f"cannot read the job from slurmdbd: {exc}")
+    acct, error = _accounted(slurm, job_id)
+    if error is not None:
+        return SummaryWrite("failed", f"cannot read the job from slurmdbd: {error}")
     if acct is None:
         return SummaryWrite("skipped", "slurmdbd has no record of the job")
     at = int(now.timestamp())
-    rj = _running_job(job_id, acct, job, at)
-    rows = gpu_samples_of(samples)
-    keys = sorted({(r.node, r.gpu_index) for r in stats} | {(s.node, s.gpu) for s in rows})
-    use = judge(rj, rows, cfg.policy.reclaim, at=acct.end or at, running=False,
-                elapsed_s=acct.elapsed_s, gpus=keys,
-                epilog={(r.node, r.gpu_index): (r.peak_mem_mb, r.mean_util_pct) for r in stats},
-                total_mem_mb=_total_mem(cfg, node, snap, keys),
-                request=job.gpus if job is not None else ())
+    rj = running_job_of(job_id, job, acct, at)
+    use = job_use(rj, cfg, samples=samples, rows=stats, at=acct.end or at, running=False,
+                  elapsed_s=acct.elapsed_s, request=job.gpus if job is not None else (),
+                  snap=snap)
     if not use.measured:
         return SummaryWrite("skipped", "nothing measured: no samples and no epilog reading")
     summary = to_summary(use, at=at)
@@ -117,12 +91,9 @@ def write_summary(job_id: int, node: str, *, cfg: Config, slurm: SlurmClient,
         if rj.nodes and len(rj.nodes) <= 1:
             return SummaryWrite("written")
         sleep(SETTLE_S + (zlib.crc32(node.encode()) % 1000) / 1000)
-        try:
-            again = slurm.job_accounting(job_id)
-        except SlurmError as exc:
-            return SummaryWrite("written", f"not read back: {exc}")
+        again, error = _accounted(slurm, job_id)
         if again is None:
-            return SummaryWrite("written", "not read back: slurmdbd lists no job")
+            return SummaryWrite("written", f"not read back: {error or 'slurmdbd lists no job'}")
         back = read_summary(again.admin_comment)
         if back is not None and mine <= {(u.node, u.gpu) for u in back.uses}:
             return SummaryWrite("written", f"after {attempt + 1} write(s)" if attempt else "")

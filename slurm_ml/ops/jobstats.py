@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurm_ml.config import Config
-from slurm_ml.hooks.stats import gpu_samples_of
-from slurm_ml.model import Job, JobAccounting, JobState, expand_hosts
-from slurm_ml.policy.cluster_jobs import RunningJob
-from slurm_ml.policy.jobstats.judge import from_summary, judge
+from slurm_ml.hooks.stats import job_use
+from slurm_ml.model import Job, JobAccounting, JobState
+from slurm_ml.policy.jobstats.judge import from_summary, running_job_of
 from slurm_ml.policy.jobstats.notes import Note, job_notes
 from slurm_ml.policy.jobstats.summary import read_summary
 from slurm_ml.policy.jobstats.usage import CpuUse, GpuUse, JobUse
@@ -40,49 +39,21 @@ class JobStats:
     store_error: str | None = None
 
 
-def _running_job(job_id: int, job: Job | None, acct: JobAccounting | None,
-                 now: int) -> RunningJob:
-    gpus = (job.total_gpus if job is not None else 0) or (acct.alloc_gpus if acct else 0)
-    nodes = (job.nodes if job is not None and job.nodes else acct.nodes if acct else "")
-    start = ((job.start_time if job is not None else None)
-             or (acct.start if acct is not None else None) or now)
-    return RunningJob(
-        job_id=job_id, name=job.name if job else acct.name if acct else "",
-        account=job.account if job else acct.account if acct else "",
-        user=job.user if job else acct.user if acct else "", qos=job.qos if job else "",
-        gpus=gpus, gpu_type=acct.gpu_type if acct else None, billing_gpus=0.0,
-        nodes=expand_hosts(nodes), start=start, time_min_s=None,
-        requeue=job.requeue if job else False, batch=job.batch if job else True)
-
-
-def _total_mem(cfg: Config, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    out = {}
-    for key in keys:
-        t = cfg.gpu_type_of_node(key[0])
-        if t is not None:
-            out[key] = int(t.memory_gb * 1024)
-    return out
-
-
 def job_stats(job_id: int, *, cfg: Config, job: Job | None, acct: JobAccounting | None,
               samples: Sequence[UtilSample], rows: Sequence[JobGpuStats], now: int,
               store_error: str | None = None) -> JobStats:
     """Judge one job from what the CLI read (``job``: slurmctld's view, None once it
     forgot the job; ``acct``: slurmdbd's)."""
     running = job is not None and job.state in (JobState.RUNNING, JobState.SUSPENDED)
-    rj = _running_job(job_id, job, acct, now)
+    rj = running_job_of(job_id, job, acct, now)
     end = None if running else (acct.end if acct and acct.end else
                                 job.end_time if job is not None else None)
     elapsed = (now - rj.start if running else acct.elapsed_s if acct is not None else
                (end - rj.start if end else None))
     request = job.gpus if job is not None else ()
     rc = cfg.policy.reclaim
-    keys = sorted({(r.node, r.gpu_index) for r in rows} | {(s.node, s.gpu_index)
-                                                              for s in samples})
-    use = judge(rj, gpu_samples_of(samples), rc, at=now if running else (end or now),
-                running=running, elapsed_s=elapsed, gpus=keys,
-                epilog={(r.node, r.gpu_index): (r.peak_mem_mb, r.mean_util_pct) for r in rows},
-                total_mem_mb=_total_mem(cfg, keys), request=request)
+    use = job_use(rj, cfg, samples=samples, rows=rows, at=now if running else (end or now),
+                  running=running, elapsed_s=elapsed, request=request)
     if not use.measured:
         comment = (acct.admin_comment if acct is not None and acct.admin_comment
                    else job.admin_comment if job is not None else "")

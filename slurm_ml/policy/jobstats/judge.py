@@ -10,11 +10,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slurm_ml.config import ReclaimConfig
-from slurm_ml.model import GpuRequest
+from slurm_ml.model import GpuRequest, Job, JobAccounting, expand_hosts
 from slurm_ml.policy.cluster_jobs import RunningJob
 from slurm_ml.policy.jobstats.summary import Summary
 from slurm_ml.policy.jobstats.usage import GpuKey, GpuUse, JobUse, ZombieShape, gpu_uses
 from slurm_ml.policy.reclaim import GpuSample, zombie_status
+
+
+def running_job_of(job_id: int, job: Job | None, acct: JobAccounting | None,
+                   now: int) -> RunningJob:
+    """The job as the zombie rule reads it, from slurmdbd's record of its allocation
+    (``acct``) where there is one, else slurmctld's (``job``); QOS, requeue and batch
+    only slurmctld knows."""
+    gpus = (acct.alloc_gpus if acct is not None else 0) or (
+        job.total_gpus if job is not None else 0)
+    nodes = (acct.nodes if acct is not None and acct.nodes else
+             job.nodes if job is not None else "")
+    start = ((acct.start if acct is not None else None)
+             or (job.start_time if job is not None else None) or now)
+    named = acct if acct is not None else job
+    return RunningJob(
+        job_id=job_id, name=named.name if named else "",
+        account=named.account if named else "", user=named.user if named else "",
+        qos=job.qos if job is not None else "", gpus=gpus,
+        gpu_type=acct.gpu_type if acct is not None else None, billing_gpus=0.0,
+        nodes=expand_hosts(nodes), start=start, time_min_s=None,
+        requeue=job.requeue if job is not None else False,
+        batch=job.batch if job is not None else True)
 
 
 def zombie_shape(job: RunningJob, samples: Sequence[GpuSample], cfg: ReclaimConfig, *,
