@@ -29,7 +29,7 @@ from slurm_ml.policy.admission.decision import read_record
 from slurm_ml.policy.jobstats.judge import from_summary
 from slurm_ml.policy.jobstats.notes import job_notes
 from slurm_ml.policy.jobstats.summary import read_summary
-from slurm_ml.policy.jobstats.usage import GpuUse
+from slurm_ml.policy.jobstats.usage import GpuUse, gpu_uses
 from slurm_ml.store.records import JobGpuStats
 
 GROUPINGS = ("team", "user", "partition")
@@ -120,14 +120,12 @@ def _key(a: JobAccounting, by: str) -> str:
     return {"team": a.account, "user": a.user, "partition": a.partition}[by] or "(none)"
 
 
-def _rows_as_uses(rows: Sequence[JobGpuStats]) -> list[GpuUse]:
-    newest: dict[tuple[str, int], JobGpuStats] = {}
-    for r in rows:  # a requeued job has rows per run: the newest run's count
-        if (k := (r.node, r.gpu_index)) not in newest or r.ended_at >= newest[k].ended_at:
-            newest[k] = r
-    return [GpuUse(node=r.node, gpu=r.gpu_index, samples=0, mean_util_pct=r.mean_util_pct,
-                   peak_util_pct=None, util_sd=None, peak_mem_mb=r.peak_mem_mb,
-                   total_mem_mb=None, idle_frac=None) for r in newest.values()]
+def _rows_as_uses(rows: Sequence[JobGpuStats], idle_pct: float) -> tuple[GpuUse, ...]:
+    """The epilog's rows as figures (mean and peak memory, no samples); a requeued job
+    has rows per run, and the newest run's count."""
+    newest = {(r.node, r.gpu_index): (r.peak_mem_mb, r.mean_util_pct)
+              for r in sorted(rows, key=lambda r: r.ended_at)}
+    return gpu_uses([], idle_pct=idle_pct, epilog=newest)
 
 
 def efficiency(jobs: Sequence[JobAccounting], rows: Mapping[int, Sequence[JobGpuStats]], *,
@@ -157,7 +155,7 @@ def efficiency(jobs: Sequence[JobAccounting], rows: Mapping[int, Sequence[JobGpu
                 if n.kind != "not_measured")
         elif rows.get(a.job_id):
             n_store += 1
-            uses = _rows_as_uses(rows[a.job_id])
+            uses = _rows_as_uses(rows[a.job_id], rc.zombie_util_pct)
         else:
             uses = ()
         t = _tally(a, uses, _widened(a.admin_comment))

@@ -102,7 +102,8 @@ def zombie_exemption(job: RunningJob, cfg: ReclaimConfig) -> str | None:
     return None
 
 
-def _gpu_name(node: str, gpu: int) -> str:
+def gpu_name(node: str, gpu: int) -> str:
+    """How every message names one GPU: ``gpu01 GPU 3``."""
     return f"{node} GPU {gpu}"
 
 
@@ -171,7 +172,7 @@ def sample_coverage(now: int, job: RunningJob, samples: Sequence[GpuSample],
         if s.job_id == job.job_id and s.at >= job.start and s.at <= now and (
                 not job.nodes or s.node in job.nodes):
             times.setdefault((s.node, s.gpu), []).append(s.at)
-    sampled = tuple(_gpu_name(*k) for k in sorted(times))
+    sampled = tuple(gpu_name(*k) for k in sorted(times))
     problems = []
     missing = job.gpus - len(times)
     if missing > 0 and job.gpus == 1:
@@ -188,13 +189,13 @@ def sample_coverage(now: int, job: RunningJob, samples: Sequence[GpuSample],
         gap = per[worst][1]
         short = sum(1 for c, _g in per.values() if c < window_s)
         others = f" ({short} of {len(per)} sampled GPUs fall short)" if short > 1 else ""
-        problems.append(f"{_gpu_name(*worst)}'s samples cover {_span(covered)} of the "
+        problems.append(f"{gpu_name(*worst)}'s samples cover {_span(covered)} of the "
                         f"{_span(window_s)} window, largest gap {_span(gap)}"
                         f"{' > ' if gap > max_gap_s else ' <= '}2 x "
                         f"{cfg.sample_interval_s} s{others}")
     return Coverage(window_s=window_s, max_gap_s=max_gap_s, gpus=job.gpus, sampled=sampled,
                     covered_s=covered, largest_gap_s=largest,
-                    worst_gpu=None if worst is None else _gpu_name(*worst),
+                    worst_gpu=None if worst is None else gpu_name(*worst),
                     problems=tuple(problems))
 
 

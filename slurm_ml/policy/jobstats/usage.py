@@ -15,13 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_ml.model import GpuRequest
-from slurm_ml.policy.reclaim import GpuSample
+from slurm_ml.policy.reclaim import GpuSample, gpu_name
 
 GpuKey = tuple[str, int]  # (node, GPU index)
-
-
-def gpu_name(node: str, gpu: int) -> str:
-    return f"{node} GPU {gpu}"
 
 
 @dataclass(frozen=True, slots=True)
