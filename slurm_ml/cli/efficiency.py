@@ -14,11 +14,10 @@ from slurm_ml.cli.common import EXIT_BAD_INPUT, SLURM_HINT, emit, fail, load_con
 from slurm_ml.cli.reconciler import (
     NO_DATABASE,
     _config_opt,
-    _dsn,
     _dsn_opt,
     _job_id,
+    _read_store,
     _slurm,
-    _store,
 )
 
 
@@ -41,7 +40,6 @@ def jobstats_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json:
     """
     from slurm_ml.ops.jobstats import job_stats, jobstats_json, jobstats_text
     from slurm_ml.slurm.errors import SlurmError
-    from slurm_ml.store.errors import StoreError
 
     cfg = load_config_or_exit(assets.config_path(config_path))
     slurm = _slurm(cfg)
@@ -53,19 +51,9 @@ def jobstats_cmd(job_id: int, config_path: str | None, dsn: str | None, as_json:
         fail(f"cannot read Slurm: {exc}{SLURM_HINT}")
     if job is None and acct is None:
         fail(f"job {job_id}: neither slurmctld nor slurmdbd knows it", EXIT_BAD_INPUT)
-    samples: list[Any] = []
-    rows: list[Any] = []
-    target = _dsn(cfg, dsn)
-    store_error: str | None = None if target else NO_DATABASE
-    if target:
-        store = _store(cfg, target)
-        try:
-            samples = store.util_samples_for(job_id)
-            rows = store.job_gpu_stats_of(job_id)
-        except StoreError as exc:
-            store_error = str(exc)
-        finally:
-            store.close()
+    read, store_error = _read_store(cfg, dsn, lambda store: (
+        store.util_samples_for(job_id), store.job_gpu_stats_of(job_id)))
+    samples, rows = read if read is not None else ([], [])
     stats = job_stats(job_id, cfg=cfg, job=job, acct=acct, samples=samples, rows=rows,
                       now=now, store_error=store_error)
     emit(jobstats_json(stats), as_json, jobstats_text(jobstats_json(stats)))
@@ -129,7 +117,6 @@ def efficiency_cmd(  # noqa: PLR0917  (click passes one argument per option)
     from slurm_ml.cli.reconciler import _check_plot_path
     from slurm_ml.ops.efficiency import efficiency, efficiency_json, efficiency_text
     from slurm_ml.slurm.errors import SlurmError
-    from slurm_ml.store.errors import StoreError
 
     cfg = load_config_or_exit(assets.config_path(config_path))
     if end <= start:
@@ -141,18 +128,11 @@ def efficiency_cmd(  # noqa: PLR0917  (click passes one argument per option)
         jobs = _slurm(cfg).accounted_jobs(start, end)
     except SlurmError as exc:
         fail(f"cannot read Slurm: {exc}{SLURM_HINT}")
+    since = datetime.fromtimestamp(start, UTC)
+    stats, store_error = _read_store(cfg, dsn, lambda store: store.job_gpu_stats_since(since))
     rows: dict[int, list[Any]] = {}
-    target = _dsn(cfg, dsn)
-    store_error: str | None = None if target else NO_DATABASE
-    if target:
-        store = _store(cfg, target)
-        try:
-            for r in store.job_gpu_stats_since(datetime.fromtimestamp(start, UTC)):
-                rows.setdefault(r.job_id, []).append(r)
-        except StoreError as exc:
-            store_error = str(exc)
-        finally:
-            store.close()
+    for r in stats or ():
+        rows.setdefault(r.job_id, []).append(r)
     data = efficiency_json(efficiency(jobs, rows, cfg=cfg, start=start, end=end, by=by,
                                       top=top, store_error=store_error))
     emit(data, as_json, efficiency_text(data))
@@ -164,6 +144,6 @@ def efficiency_cmd(  # noqa: PLR0917  (click passes one argument per option)
         except (OSError, ValueError) as exc:
             fail(f"cannot write the plot {plot_path}: {exc}")
         click.echo(f"wrote {plot_path}", err=True)
-    if store_error is not None and target:
+    if store_error is not None and store_error != NO_DATABASE:
         fail(f"the database could not be read: jobs without a summary are not measured "
              f"({store_error})")

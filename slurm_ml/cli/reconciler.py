@@ -9,8 +9,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -24,6 +25,8 @@ from slurm_ml.cli.common import (
     fail,
     load_config_or_exit,
 )
+
+T = TypeVar("T")
 
 
 def _config_opt(f: Any) -> Any:
@@ -66,6 +69,23 @@ def _store(cfg: Any, dsn: str) -> Any:
         return PostgresStore(dsn, connect_timeout_s=cfg.store.connect_timeout_s)
     except (ValueError, InvalidDsn) as exc:
         fail(f"bad DSN: {exc}", EXIT_BAD_INPUT)
+
+
+def _read_store(cfg: Any, dsn: str | None, read: Callable[[Any], T]) -> tuple[T | None, str | None]:
+    """``read(store)`` on the configured database, closed after: (its result, None), or
+    (None, why it could not be read: NO_DATABASE when none is configured)."""
+    from slurm_ml.store.errors import StoreError
+
+    target = _dsn(cfg, dsn)
+    if not target:
+        return None, NO_DATABASE
+    store = _store(cfg, target)
+    try:
+        return read(store), None
+    except StoreError as exc:
+        return None, str(exc)
+    finally:
+        store.close()
 
 
 def _wake_listener(cfg: Any, daemon: Any, dry_run: bool) -> Any:
