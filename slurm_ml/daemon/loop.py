@@ -140,8 +140,9 @@ class Daemon:
             self.metrics.config_read(False, self.clock())
             return False
         self.cfg = cfg
-        self.metrics.config_read(True, self.clock())
+        # The log line before the metric: whoever sees the metric change finds the line.
         log.info("event=config_reloaded path=%s", self.config_path)
+        self.metrics.config_read(True, self.clock())
         return True
 
     # ------------------------------------------------------------------ leadership
