@@ -124,7 +124,7 @@ def kernel_log(runs: int, size: int = 1 << 20) -> dict[str, object]:
 
 
 def write_config() -> None:
-    text = (REPO / "slurm_ml" / "share" / "slurm-ml.yaml").read_text()
+    text = (REPO / "conf" / "slurm-ml.yaml").read_text()
     head, tail = text.split("  a100_80g:", 1)
     tail = tail.replace("nvlink_links: 12", "nvlink_links: 18", 1)
     BENCH_CONFIG.write_text(head + "  a100_80g:" + tail)

@@ -15,13 +15,14 @@ import os
 import sys
 import time
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import load_config
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.runner import SlurmRunner
 
 
 def main(n: int) -> None:
-    cfg = load_config(os.environ.get("SLURM_ML_CONFIG", "slurm_ml/share/slurm-ml.yaml"))
+    cfg = load_config(os.environ.get("SLURM_ML_CONFIG", DEFAULT_CONFIG))
     run = SlurmRunner(env={"SLURM_CONF": os.environ["SLURM_CONF"]}, timeout_s=900)
     slurm = CliSlurm(run, batch_size=cfg.slurm.scontrol_batch_size)
     jobs_dir = os.path.join(os.environ["SLURM_ML_DEVCLUSTER"], "jobs")

@@ -1,12 +1,22 @@
 """Where slurm-ml's non-Python files are.
 
-* ``slurm_ml/share/``: what ``slurm-ml install`` deploys and every command can fall back
-  on. Package data, so an installed wheel and a checkout have the same files in the same
-  place: the job_submit.lua shim, ``slurm-ml-hook`` (the one wrapper slurmd runs as
-  Prolog, Epilog and HealthCheckProgram), the ``slurm-ml.conf`` include and systemd unit
-  templates, ``gpu-selfcheck``, ``slurm-ml.yaml``, the configuration a command uses
-  when it is given none (the dev cluster's six nodes), and ``prometheus/``: the alert and
-  recording rules with their promtool tests.
+* What ``slurm-ml install`` deploys and every command can fall back on, in three
+  top-level folders of the checkout (:data:`FOLDERS`), which the wheel maps into the
+  package under the same names (``slurm_ml/job_submit/``, ...: pyproject.toml's
+  ``[tool.setuptools.package-dir]``), so that a path relative to them is the same in a
+  checkout and in an installed package:
+
+  - ``job_submit/job_submit.lua``: the Lua shim slurmctld's job_submit/lua plugin runs;
+  - ``prolog/slurm-ml-hook``: the one wrapper slurmd runs as Prolog, Epilog and
+    HealthCheckProgram (installed as slurm-ml-prolog, -epilog and -healthcheck), and
+    ``prolog/gpu-selfcheck``, the node-side NVML self check;
+  - ``conf/``: the ``slurm-ml.conf`` include and ``systemd/`` unit templates,
+    ``slurm-ml.yaml``, the configuration a command uses when it is given none (the dev
+    cluster's six nodes), and ``prometheus/``: the alert and recording rules with their
+    promtool tests.
+
+  :func:`asset_path` finds them: in a checkout (:func:`checkout_root`) the top-level
+  folders themselves, else the installed package's copies.
 * ``devcluster/templates/`` of the source checkout: the dev and compose cluster's own
   ``slurm.conf``, ``gres.conf``, ``topology.conf`` and ``slurmdbd.conf`` templates. A site
   keeps its own files, so the wheel does not ship these; ``$SLURM_ML_CONF_DIR`` names
@@ -22,10 +32,10 @@ from pathlib import Path
 
 from slurm_ml.envvars import env
 
-#: The package data directory (``slurm_ml/share``).
-SHARE = Path(__file__).resolve().parent / "share"
-#: The configuration commands read when given no ``--config`` and no ``$SLURM_ML_CONFIG``.
-DEFAULT_CONFIG = SHARE / "slurm-ml.yaml"
+#: The folders of deployed files: top-level in a checkout, inside the package in a wheel.
+FOLDERS = ("job_submit", "prolog", "conf")
+#: The installed package's directory, which holds :data:`FOLDERS` in a wheel.
+PACKAGE = Path(__file__).resolve().parent
 CONF_DIR_ENV = "SLURM_ML_CONF_DIR"
 
 
@@ -48,20 +58,31 @@ def checkout_root() -> Path | None:
     return None
 
 
-def asset_path(*parts: str, strict: bool = True) -> Path:
-    """The shipped file (or directory) ``slurm_ml/share/<parts>``, e.g.
-    ``asset_path("job_submit.lua")``.
+#: Where :data:`FOLDERS` are: the checkout's top level, else the installed package.
+ROOT = checkout_root() or PACKAGE
+#: The configuration commands read when given no ``--config`` and no ``$SLURM_ML_CONFIG``.
+DEFAULT_CONFIG = ROOT / "conf" / "slurm-ml.yaml"
+
+
+def asset_path(folder: str, *parts: str, strict: bool = True) -> Path:
+    """The shipped file (or directory) ``<folder>/<parts>``, ``folder`` one of
+    :data:`FOLDERS`, e.g. ``asset_path("job_submit", "job_submit.lua")``: under
+    :data:`ROOT`.
 
     ``strict`` (default): raise :class:`AssetNotFound` when it is missing. Not strict: the
     path whether or not it exists (for defaults computed at import time, whose absence is
     reported when they are read)."""
-    rel = Path(*parts)
-    if not parts or rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"asset_path: not a relative path inside the package: {parts!r}")
-    path = SHARE / rel
+    if folder not in FOLDERS:
+        raise ValueError(f"asset_path: {folder!r} is not a folder slurm-ml ships "
+                         f"(one of {', '.join(FOLDERS)})")
+    rel = Path(folder, *parts)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ValueError(f"asset_path: not a relative path inside {folder}/: {parts!r}")
+    path = ROOT / rel
     if strict and not path.exists():
         raise AssetNotFound(rel.as_posix(), [path],
-                            "reinstall slurm-ml (the package ships it in slurm_ml/share/)")
+                            f"reinstall slurm-ml (a wheel ships it in slurm_ml/{folder}/, "
+                            f"a checkout in {folder}/)")
     return path
 
 

@@ -1,7 +1,7 @@
 """Every ``SLURM_ML_*`` environment variable slurm-ml reads, in one table, and :func:`env`,
 the one function Python code reads them through.
 
-The hook wrapper (``slurm_ml/share/slurm-ml-hook``) is bash and reads its own variables
+The hook wrapper (``prolog/slurm-ml-hook``) is bash and reads its own variables
 itself; they are declared here all the same, so that this table is the whole list.
 ``docs/admin.md`` lists them from :data:`VARS` (its section "Environment variables" is
 :func:`markdown`, and a unit test keeps the two equal).
@@ -42,7 +42,7 @@ VARS: tuple[EnvVar, ...] = (
            "that `submit-check` checks against the site's config; without it, it says it "
            "uses the packaged one). `health check` and the other `devcluster` commands "
            "take only `--config`",
-           "`slurm_ml/share/slurm-ml.yaml` shipped in the package (the dev cluster's)"),
+           "`conf/slurm-ml.yaml` shipped in the package (the dev cluster's)"),
     EnvVar("SLURM_ML_DSN",
            "PostgreSQL DSN of slurm-ml's store, for submitd, the daemon, the hooks, "
            "`db migrate`, `budget status` and `install`; put it here or in slurm-ml.env, "

@@ -33,7 +33,7 @@ def submitd_socket(value: str | None) -> Path:
 @click.command("submitd")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then the packaged "
-                   "slurm_ml/share/slurm-ml.yaml); re-read on SIGHUP.")
+                   "conf/slurm-ml.yaml); re-read on SIGHUP.")
 @click.option("--socket", "socket_path", default=None, help=_SOCKET_HELP)
 @click.option("--group", default=None,
               help="Group that owns the socket (SlurmUser's group); mode is 0660.")

@@ -18,7 +18,7 @@ import click
 from slurm_ml import assets
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_READY = 0, 1, 2, 3
-# slurm_ml/share/slurm-ml.yaml: package data, the same file in a checkout and a wheel.
+# conf/slurm-ml.yaml (slurm_ml.assets): the checkout's, or the wheel's slurm_ml/conf/.
 DEFAULT_CONFIG = assets.DEFAULT_CONFIG
 #: appended to an error reading Slurm: what the operator checks next
 SLURM_HINT = ("; check that SLURM_CONF names the cluster's slurm.conf (or run this on a "

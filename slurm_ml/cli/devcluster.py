@@ -39,7 +39,7 @@ def _state_opt(f: Any) -> Any:
                           "or $SLURM_ML_DEVCLUSTER).")(f)
     return click.option("--config", "config_path", type=click.Path(dir_okay=False),
                         default=None,
-                        help="slurm-ml.yaml (default slurm_ml/share/slurm-ml.yaml).")(f)
+                        help="slurm-ml.yaml (default the packaged conf/slurm-ml.yaml).")(f)
 
 
 def _cluster(state_dir: str | None, config_path: str | None) -> Any:

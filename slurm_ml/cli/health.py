@@ -42,7 +42,7 @@ def health() -> None:
               help="GPUs the node should have, when no --class says so (a GPU missing "
                    "from every capture is then found).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="slurm-ml.yaml for --class/--node (default slurm_ml/share/slurm-ml.yaml).")
+              help="slurm-ml.yaml for --class/--node (default the packaged conf/slurm-ml.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def health_check(*, paths: tuple[str, ...], capture_dir: str | None, node: str | None,
                  node_class: str | None, gpu_model: str | None, gpus: int | None,

@@ -20,7 +20,7 @@ def hook_options(f: Any) -> Any:
     return click.option("--config", "config_path", type=click.Path(dir_okay=False),
                         default=None,
                         help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then "
-                             "slurm_ml/share/slurm-ml.yaml).")(f)
+                             "the packaged conf/slurm-ml.yaml).")(f)
 
 
 def open_db(dsn: str, connect_timeout_s: float) -> Any:

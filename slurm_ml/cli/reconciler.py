@@ -33,7 +33,7 @@ def _config_opt(f: Any) -> Any:
     return click.option("--config", "config_path", type=click.Path(dir_okay=False),
                         default=None,
                         help="slurm-ml.yaml (default $SLURM_ML_CONFIG, then "
-                             "slurm_ml/share/slurm-ml.yaml).")(f)
+                             "the packaged conf/slurm-ml.yaml).")(f)
 
 
 def _dsn_opt(f: Any) -> Any:

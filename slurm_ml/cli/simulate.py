@@ -33,7 +33,8 @@ def _progress(label: str) -> Iterator[Callable[[float, float], None]]:
 @click.group("sim", invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="slurm-ml.yaml whose policy knobs to simulate (default $SLURM_ML_CONFIG, "
-                   "then slurm_ml/share/slurm-ml.yaml); its cluster is replaced by --gpus nodes.")
+                   "then the packaged conf/slurm-ml.yaml); its cluster is replaced by --gpus "
+                   "nodes.")
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False), default=None,
               help="A what-if as one YAML file (docs/simulator.md); flags override it.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",

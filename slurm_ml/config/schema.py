@@ -307,7 +307,7 @@ class QuarantineConfig:
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Policy knobs; every one has a default equal to slurm_ml/share/slurm-ml.yaml."""
+    """Policy knobs; every one has a default equal to conf/slurm-ml.yaml."""
 
     fairshare: FairshareConfig = field(default_factory=FairshareConfig)
     fast_lane: FastLaneConfig = field(default_factory=FastLaneConfig)

@@ -1,17 +1,18 @@
 """Render every file ``slurm-ml install`` writes, from the templates and slurm-ml.yaml (pure).
 
-Files (all paths absolute; hooks default to the Slurm conf dir):
+Files (all paths absolute; hooks default to the Slurm conf dir), each from a folder of
+:mod:`slurm_ml.assets` (top-level in a checkout, under slurm_ml/ in a wheel):
 
 * ``job_submit.lua``: the shim with its settings block filled (render.render_shim);
-* ``slurm-ml.conf``: the slurm.conf include (slurm_ml/share/slurm-ml.conf.tmpl);
+* ``slurm-ml.conf``: the slurm.conf include (conf/slurm-ml.conf.tmpl);
 * ``slurm-ml.env``: what the hooks and the services read (mode 0600: it may hold the DSN);
 * ``slurm-ml-prolog``, ``slurm-ml-epilog``, ``slurm-ml-healthcheck``: three copies of the
-  one wrapper (slurm_ml/share/slurm-ml-hook, which picks the hook by the name it is called
+  one wrapper (prolog/slurm-ml-hook, which picks the hook by the name it is called
   under), with the env file's path filled in (HealthCheckProgram gets no SLURM_CONF to
   find it by);
 * ``slurm-ml-submitd.service``, ``slurm-ml-daemon.service`` unless --no-systemd;
 * ``slurm-ml.rules.yml``: Prometheus' recording and alerting rules
-  (slurm_ml/share/prometheus/), as shipped, in the conf dir beside slurm-ml.conf or in
+  (conf/prometheus/), as shipped, in the conf dir beside slurm-ml.conf or in
   --rules-dir. Prometheus' own config is the site's: the report says what to add to it.
 """
 
@@ -37,10 +38,11 @@ INCLUDE_NAME = "slurm-ml.conf"
 ENV_NAME = "slurm-ml.env"
 HOOKS = {"prolog": "slurm-ml-prolog", "epilog": "slurm-ml-epilog",
          "healthcheck": "slurm-ml-healthcheck"}
-#: The one wrapper script in slurm_ml/share/ that every name in HOOKS is a copy of.
-HOOK_SOURCE = "slurm-ml-hook"
+#: The one wrapper script (:func:`slurm_ml.assets.asset_path` parts) that every name in
+#: HOOKS is a copy of.
+HOOK_SOURCE = ("prolog", "slurm-ml-hook")
 UNITS = ("slurm-ml-submitd.service", "slurm-ml-daemon.service")
-#: The Prometheus rules, under slurm_ml/share/prometheus/ and where install puts them.
+#: The Prometheus rules, under conf/prometheus/ and where install puts them.
 RULES_NAME = "slurm-ml.rules.yml"
 
 
@@ -119,7 +121,7 @@ def _setting_line(name: str, text: str, value: str) -> str:
 
 
 def include_values(cfg: Config, p: InstallParams) -> dict[str, str]:
-    """Placeholders of slurm_ml/share/slurm-ml.conf.tmpl, list settings un-merged."""
+    """Placeholders of conf/slurm-ml.conf.tmpl, list settings un-merged."""
     return {
         "include_path": str(p.include_path),
         "header": f"Installed from {p.config_path}.",

@@ -26,24 +26,24 @@ def _read(path: Path) -> str:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _asset(*parts: str) -> Path:
+def _asset(folder: str, *parts: str) -> Path:
     try:
-        return assets.asset_path(*parts)
+        return assets.asset_path(folder, *parts)
     except assets.AssetNotFound as exc:
         raise BadInput(str(exc)) from exc
 
 
 def read_sources(templates: Path | None = None) -> Sources:
-    """The files shipped with slurm-ml in ``slurm_ml/share/`` (:mod:`slurm_ml.assets`):
-    the include and unit templates (``templates`` replaces their directory), the shim,
-    the one hook wrapper and the Prometheus rules."""
-    conf = templates or _asset(".")
+    """The files shipped with slurm-ml (:mod:`slurm_ml.assets`): the include and unit
+    templates of ``conf/`` (``templates`` replaces that directory), the shim, the one hook
+    wrapper and the Prometheus rules."""
+    conf = templates or _asset("conf")
     return Sources(
         include=_read(conf / "slurm-ml.conf.tmpl"),
         shim=_read(render.shim_source()),
-        hook=_read(_asset(HOOK_SOURCE)),
+        hook=_read(_asset(*HOOK_SOURCE)),
         units={name: _read(conf / "systemd" / f"{name}.tmpl") for name in UNITS},
-        rules=_read(_asset("prometheus", RULES_NAME)),
+        rules=_read(_asset("conf", "prometheus", RULES_NAME)),
     )
 
 

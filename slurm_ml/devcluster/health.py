@@ -301,7 +301,7 @@ def node_health(cfg: Config, layout: Layout) -> dict[str, dict[str, Any]]:
 
 def hook_env(layout: Layout, *, python: str, config_path: Path, dsn: str) -> dict[str, str]:
     """What the Prolog/Epilog/HealthCheckProgram wrappers read from ``etc/slurm-ml.env``
-    (slurmd gives them almost no environment: see slurm_ml/share/slurm-ml-hook); the dev
+    (slurmd gives them almost no environment: see prolog/slurm-ml-hook); the dev
     cluster hands these to ``slurm-ml install`` as extra env lines."""
     return {
         "SLURM_ML_PYTHON": python,

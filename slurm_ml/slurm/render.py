@@ -74,9 +74,9 @@ def conf_dir() -> Path:
 
 
 def shim_source() -> Path:
-    """The job_submit.lua shim shipped with slurm-ml (``slurm_ml/share/``)."""
+    """The job_submit.lua shim shipped with slurm-ml (``job_submit/``)."""
     try:
-        return assets.asset_path("job_submit.lua")
+        return assets.asset_path("job_submit", "job_submit.lua")
     except assets.AssetNotFound as exc:
         raise TemplateError(str(exc)) from exc
 

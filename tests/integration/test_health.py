@@ -1,6 +1,6 @@
 """Node health end to end on the real dev cluster: faults injected into a node's replayed
 captures, the real Prolog/Epilog run by slurmd (slurm-ml-prolog and slurm-ml-epilog,
-the installed copies of slurm_ml/share/slurm-ml-hook), ``slurm-ml health periodic`` and ``slurm-ml quarantine`` run as
+the installed copies of prolog/slurm-ml-hook), ``slurm-ml health periodic`` and ``slurm-ml quarantine`` run as
 commands, everything recorded in the dev cluster's PostgreSQL.
 
 Every test leaves the cluster as it found it (``restore``): faults cleared, the test's

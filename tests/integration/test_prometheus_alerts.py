@@ -4,7 +4,7 @@ targets are up, the daemon's series are there, a node drained with a reason slur
 raises SlurmMlNodeDrainedBySlurmMl within seconds and its resume clears it, and a node
 whose health check stopped raises SlurmMlNodeHealthCheckStale from the textfile.
 
-Prometheus loads slurm_ml/share/prometheus/slurm-ml.rules.yml itself, unchanged; scrapes
+Prometheus loads conf/prometheus/slurm-ml.rules.yml itself, unchanged; scrapes
 and rule evaluations come every second. The drain alert has no ``for``, so nothing in the
 rules is shortened for the test. gpu06's textfile is written by a real ``slurm-ml health
 periodic`` of the dev cluster's node; gpu05's, an hour old, by the same renderer and
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SLURM_ML = str(Path(sys.executable).parent / "slurm-ml")
 PROMETHEUS = Path("/usr/bin/prometheus")
 NODE_EXPORTER = Path("/usr/bin/prometheus-node-exporter")
-RULES = asset_path("prometheus", "slurm-ml.rules.yml")
+RULES = asset_path("conf", "prometheus", "slurm-ml.rules.yml")
 #: A drain reason slurm-ml owns that no repair or maintenance rule matches.
 REASON = "slurm-ml: test.prometheus gpu0 (alert test)"
 CYCLE_S = 2

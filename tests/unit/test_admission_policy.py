@@ -2,7 +2,7 @@
 
 Every case goes through ``wire.normalize`` → ``wire.to_request`` → ``admission.decide`` →
 ``wire.reply_for``, the same path ``PolicyServer.handle_line`` takes, on the example
-config (slurm_ml/share/slurm-ml.yaml). GPU specs are written with a ``{g}`` placeholder and run in
+config (conf/slurm-ml.yaml). GPU specs are written with a ``{g}`` placeholder and run in
 both spellings: Slurm 22.05's ``gres:gpu:a100_80g:2`` and 23.11+'s ``gres/gpu:a100_80g:2``;
 the reply must keep the spelling of the request.
 """

@@ -176,7 +176,7 @@ exit "${FAKE_RC:-0}"
 """
 
 
-HOOK_SCRIPT = REPO / "slurm_ml" / "share" / "slurm-ml-hook"
+HOOK_SCRIPT = REPO / "prolog" / "slurm-ml-hook"
 
 
 def wrapper(tmp: Path, hook: str, rc: int, *, sleep: float = 0, timeout: int = 20,

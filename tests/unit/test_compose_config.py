@@ -31,6 +31,7 @@ import jsonschema
 import pytest
 import yaml
 
+from slurm_ml import assets
 from slurm_ml.cli import compose as cli_compose
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
@@ -418,13 +419,15 @@ def test_copied_sources_exist_and_are_not_ignored() -> None:
 
 
 def test_the_image_has_every_file_slurm_ml_install_and_render_read() -> None:
-    """The package (its share/ and data/ come with it) and the dev cluster's templates,
-    which SLURM_ML_CONF_DIR names."""
+    """The package, with the top-level folders pyproject.toml maps into it (job_submit/,
+    prolog/, conf/; its data/ comes with it), and the dev cluster's templates, which
+    SLURM_ML_CONF_DIR names."""
     copied = set()
     for word, args in dockerfile_instructions(DOCKERFILE.read_text()):
         if word == "COPY":
             copied |= {src.rstrip("/") for src in shlex.split(args)[:-1]}
-    assert {"slurm_ml", "devcluster/templates", "pyproject.toml"} <= copied, copied
+    assert {"slurm_ml", *assets.FOLDERS, "devcluster/templates", "pyproject.toml"} <= copied, \
+        copied
     env = " ".join(a for i, a in dockerfile_instructions(DOCKERFILE.read_text()) if i == "ENV")
     assert "SLURM_ML_CONF_DIR=/opt/slurm-ml/devcluster/templates" in env
 

@@ -67,7 +67,7 @@ def test_the_prometheus_rules_go_in_as_shipped_and_the_report_says_how_to_load_t
     out = install(cfg(), params(tmp_path, etc))
 
     rules = etc / "slurm-ml.rules.yml"
-    assert rules.read_bytes() == asset_path("prometheus", "slurm-ml.rules.yml").read_bytes()
+    assert rules.read_bytes() == asset_path("conf", "prometheus", "slurm-ml.rules.yml").read_bytes()
     assert rules.stat().st_mode & 0o777 == 0o644
     text = out.render(diff=False)
     assert f"rule_files: [{rules}]" in text

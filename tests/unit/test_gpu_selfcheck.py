@@ -1,4 +1,4 @@
-"""slurm_ml/share/gpu-selfcheck, run as a subprocess (through slurm_ml.proc) the way an operator
+"""prolog/gpu-selfcheck, run as a subprocess (through slurm_ml.proc) the way an operator
 runs it. This machine has no GPU: the real path must exit 2 with a clear message; the
 cross-check itself runs with ``--fake-nvml`` (FakeNvml from a real capture) against
 real captures given with ``--smi-q``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from slurm_ml import proc
 from slurm_ml.health.probe_nvml import NvmlProbe
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "slurm_ml" / "share" / "gpu-selfcheck"
+SCRIPT = REPO / "prolog" / "gpu-selfcheck"
 SMI_Q = REPO / "data" / "gpu" / "smi-q"
 H100_161 = SMI_Q / "gpud_h100x8_535.161.08_q.txt"
 H100_183 = SMI_Q / "gpud_h100x8_535.183.01_q.txt"
@@ -62,6 +63,19 @@ def test_without_nvidia_ml_py_exits_2() -> None:
     res = selfcheck(python=(sys.executable, "-S"))
     assert res.returncode == 2
     assert res.stdout.startswith("no NVML: cannot import the probe")
+
+
+def test_it_imports_the_checkouts_own_package() -> None:
+    """prolog/gpu-selfcheck puts the checkout (one level up) first on sys.path: with no
+    site-packages and no PYTHONPATH it gets past ``import slurm_ml`` and stops at a
+    third-party import. (The wheel's copy, two levels below site-packages:
+    tests/unit/test_packaging.py.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-S", str(SCRIPT)], capture_output=True, text=True,
+                         timeout=60, check=False, cwd="/", env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout.startswith("no NVML: cannot import the probe (No module named ")
+    assert "'slurm_ml" not in res.stdout
 
 
 def test_fake_nvml_agrees_with_its_own_capture() -> None:

@@ -1,7 +1,9 @@
-"""A wheel of slurm-ml carries every file `slurm-ml install` reads (slurm_ml/share/, plain
-package data) and the simulator's traces (slurm_ml/data/), and a copy installed into a
-fresh virtualenv outside the repository simulates and installs from its own files, with
-no checkout in sight. Plus slurm_ml.assets in-process.
+"""A wheel of slurm-ml carries every file `slurm-ml install` reads (the checkout's top-level
+job_submit/, prolog/ and conf/, which pyproject.toml maps into the package as
+slurm_ml/job_submit/, slurm_ml/prolog/ and slurm_ml/conf/) and the simulator's traces
+(slurm_ml/data/), each byte for byte the checkout's, and a copy installed into a fresh
+virtualenv outside the repository simulates and installs from its own files, with no
+checkout in sight. Plus slurm_ml.assets in-process.
 
 The wheel is built offline (``--no-build-isolation --no-index``: the venv's setuptools)
 from a copy of the checkout, so that the build's ``build/`` and ``*.egg-info`` do not land
@@ -17,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -28,16 +31,21 @@ from slurm_ml import assets
 from slurm_ml.slurm import render
 
 REPO = Path(__file__).resolve().parents[2]
-SHARE = REPO / "slurm_ml" / "share"
-#: The executables in slurm_ml/share/, relative to it.
-SCRIPTS = ("slurm-ml-hook", "gpu-selfcheck")
+#: The executables slurm-ml deploys, relative to the checkout's top level.
+SCRIPTS = ("prolog/slurm-ml-hook", "prolog/gpu-selfcheck")
+#: Files in the shipped folders that the wheel leaves out: the example site's config,
+#: which an admin copies from the repository (docs/admin.md).
+NOT_SHIPPED = ("conf/examples/",)
 MARKER = "-- slurm-ml test: this is the installed copy"
 
 
-def _package_data() -> list[str]:
-    """Every non-Python file under slurm_ml/ that git tracks, relative to the checkout."""
-    out = _run(["git", "ls-files", "slurm_ml"], cwd=REPO).stdout.split()
-    return sorted(f for f in out if not f.endswith(".py"))
+def _shipped() -> dict[str, str]:
+    """Every non-Python file the wheel must carry, by its name in the wheel, with its path
+    in the checkout: what git tracks under slurm_ml/, and under the top-level folders of
+    slurm_ml.assets (at slurm_ml/<folder>/ in the wheel)."""
+    out = _run(["git", "ls-files", "slurm_ml", *assets.FOLDERS], cwd=REPO).stdout.split()
+    return {(f if f.startswith("slurm_ml/") else f"slurm_ml/{f}"): f for f in sorted(out)
+            if not f.endswith(".py") and not f.startswith(NOT_SHIPPED)}
 
 
 def _run(argv: list[str], *, check_rc: bool = True,
@@ -91,30 +99,53 @@ def _installed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, "SLURM_ML_DSN": "", **(extra or {})}
 
 
+def test_pyproject_maps_each_asset_folder_and_lists_every_package() -> None:
+    """Without building: the setuptools mapping is the one slurm_ml.assets reads, and the
+    package list (written out, since find() cannot name the mapped folders) misses none."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {f"slurm_ml.{f}": f for f in assets.FOLDERS}
+    assert tool["package-dir"] == mapped
+    for folder in assets.FOLDERS:
+        assert (REPO / folder).is_dir() and not (REPO / "slurm_ml" / folder).exists()
+    packages = {".".join(p.parent.relative_to(REPO).parts)
+                for p in (REPO / "slurm_ml").rglob("__init__.py")}
+    assert sorted(tool["packages"]) == sorted(packages | set(mapped))
+    assert set(tool["package-data"]) == {"slurm_ml", *mapped}
+
+
 def test_the_wheel_ships_every_asset_with_its_mode(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         infos = {i.filename: i for i in zf.infolist()}
-        wanted = _package_data()
-        assert {"slurm_ml/share/slurm-ml.yaml", "slurm_ml/share/slurm-ml.conf.tmpl",
-                "slurm_ml/share/job_submit.lua", "slurm_ml/share/slurm-ml-hook",
-                "slurm_ml/share/systemd/slurm-ml-submitd.service.tmpl",
+        wanted = _shipped()
+        assert {"slurm_ml/conf/slurm-ml.yaml", "slurm_ml/conf/slurm-ml.conf.tmpl",
+                "slurm_ml/job_submit/job_submit.lua", "slurm_ml/prolog/slurm-ml-hook",
+                "slurm_ml/prolog/gpu-selfcheck",
+                "slurm_ml/conf/systemd/slurm-ml-submitd.service.tmpl",
+                "slurm_ml/conf/systemd/slurm-ml-daemon.service.tmpl",
+                "slurm_ml/conf/prometheus/slurm-ml.rules.yml",
+                "slurm_ml/conf/prometheus/slurm-ml.rules.test.yml",
                 "slurm_ml/data/SOURCES.md",
                 "slurm_ml/data/traces/pollux_philly/philly.csv"} <= set(wanted)
         missing = [f for f in wanted if f not in infos]
         assert not missing, f"not in {wheel.name}: {missing}"
         for f in SCRIPTS:
-            mode = infos[f"slurm_ml/share/{f}"].external_attr >> 16
+            mode = infos[f"slurm_ml/{f}"].external_attr >> 16
             assert mode & stat.S_IXUSR, f"{f}: mode {mode:o} in the wheel"
-        for f in wanted:  # byte for byte the checkout's
-            assert zf.read(f) == (REPO / f).read_bytes(), f
+        for name, f in wanted.items():  # byte for byte the checkout's
+            assert zf.read(name) == (REPO / f).read_bytes(), f
     modules = {p.relative_to(REPO).as_posix() for p in (REPO / "slurm_ml").rglob("*.py")
                if "__pycache__" not in p.parts}
     assert modules <= set(infos), sorted(modules - set(infos))
     assert "slurm_ml/store/migrations/0001_init.sql" in infos
+    # Nothing else of the package's: no stray file beside the shipped ones.
+    data = {n for n in infos if n.startswith("slurm_ml/") and not n.endswith(".py")}
+    assert data == set(wanted) | {"slurm_ml/py.typed"}, sorted(data ^ set(wanted))
     # Test and trial inputs stay out: the GPU captures (some copyleft), the dev cluster's
-    # templates, the examples, the tests.
-    assert not [n for n in infos if n.startswith(("data/", "devcluster/", "examples/",
-                                                   "tests/"))]
+    # templates, the examples (the site example's too), the tests; and the top-level
+    # folders exist only under slurm_ml/.
+    assert not [n for n in infos if n.startswith((
+        "data/", "devcluster/", "examples/", "tests/", *(f"{f}/" for f in assets.FOLDERS),
+        *(f"slurm_ml/{f}" for f in NOT_SHIPPED)))]
 
 
 def test_a_fresh_venv_simulates_from_the_packaged_traces(venv: Path, tmp_path: Path) -> None:
@@ -131,11 +162,11 @@ def test_a_fresh_venv_simulates_from_the_packaged_traces(venv: Path, tmp_path: P
 
 def test_a_fresh_venv_installs_from_its_own_assets(venv: Path, tmp_path: Path) -> None:
     (site,) = (venv / "lib").glob("python3*/site-packages")
-    shipped = site / "slurm_ml" / "share"
+    shipped = site / "slurm_ml"
     for f in SCRIPTS:
         assert (shipped / f).stat().st_mode & stat.S_IXUSR, f
     # Mark the installed shim and hook: the diff must show the marked text.
-    for f in ("job_submit.lua", "slurm-ml-hook"):
+    for f in ("job_submit/job_submit.lua", "prolog/slurm-ml-hook"):
         with (shipped / f).open("a") as fh:
             fh.write(f"{MARKER}\n")
     elsewhere = tmp_path / "elsewhere"
@@ -145,15 +176,19 @@ def test_a_fresh_venv_installs_from_its_own_assets(venv: Path, tmp_path: Path) -
     probe = _run([python, "-c", (
         "import slurm_ml, slurm_ml.assets as a\n"
         "from slurm_ml.slurm import render\n"
-        "print(slurm_ml.__file__); print(a.checkout_root()); print(render.shim_source())\n"
-        "print(a.DEFAULT_CONFIG)\n")], cwd=elsewhere, env=env).stdout.splitlines()
-    assert probe == [str(site / "slurm_ml" / "__init__.py"), "None",
-                     str(shipped / "job_submit.lua"), str(shipped / "slurm-ml.yaml")]
+        "print(slurm_ml.__file__); print(a.checkout_root()); print(a.ROOT)\n"
+        "print(render.shim_source()); print(a.DEFAULT_CONFIG)\n"
+        "print(a.asset_path('prolog', 'slurm-ml-hook'))\n")],
+                 cwd=elsewhere, env=env).stdout.splitlines()
+    assert probe == [str(shipped / "__init__.py"), "None", str(shipped),
+                     str(shipped / "job_submit" / "job_submit.lua"),
+                     str(shipped / "conf" / "slurm-ml.yaml"),
+                     str(shipped / "prolog" / "slurm-ml-hook")]
 
     etc = make_conf_dir(tmp_path)
     # The packaged default config, whose partitions the sample conf dir has.
     res = _run([str(venv / "bin" / "slurm-ml"), "install",
-                "--config", str(shipped / "slurm-ml.yaml"), "--slurm-conf-dir", str(etc),
+                "--config", str(shipped / "conf" / "slurm-ml.yaml"), "--slurm-conf-dir", str(etc),
                 "--no-systemd", "--dry-run", "--diff", "--no-accounts"],
                cwd=elsewhere, env=env)
     out = res.stdout
@@ -166,6 +201,24 @@ def test_a_fresh_venv_installs_from_its_own_assets(venv: Path, tmp_path: Path) -
     assert not (etc / "job_submit.lua").exists()  # a dry run
 
 
+def test_the_installed_gpu_selfcheck_imports_its_own_package(venv: Path,
+                                                            tmp_path: Path) -> None:
+    """slurm_ml/prolog/gpu-selfcheck puts site-packages (two levels up) on sys.path: under
+    ``-S`` (no site-packages, no dependencies) it gets past ``import slurm_ml`` and stops
+    at a third-party import. Then, with the venv's own path, it cross-checks a capture."""
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    script = str(site / "slurm_ml" / "prolog" / "gpu-selfcheck")
+    python = str(venv / "bin" / "python")
+    bare = _run([python, "-S", script], cwd=tmp_path, env=_installed_env(), check_rc=False)
+    assert bare.returncode == 2, bare.stdout + bare.stderr
+    assert bare.stdout.startswith("no NVML: cannot import the probe (No module named ")
+    assert "'slurm_ml" not in bare.stdout
+    capture = str(REPO / "data" / "gpu" / "smi-q" / "gpud_h100x8_535.161.08_q.txt")
+    res = _run([python, script, "--json", "--fake-nvml", capture, "--smi-q", capture],
+               cwd=tmp_path, env=_installed_env())
+    assert json.loads(res.stdout)["ok"] is True
+
+
 def test_an_installed_copy_has_no_dev_cluster_templates(venv: Path, tmp_path: Path) -> None:
     res = _run([str(venv / "bin" / "python"), "-c",
                 "from slurm_ml.slurm import render\nrender.conf_dir()"],
@@ -175,47 +228,51 @@ def test_an_installed_copy_has_no_dev_cluster_templates(venv: Path, tmp_path: Pa
     assert "SLURM_ML_CONF_DIR" in res.stderr
 
 
-def test_from_the_checkout_assets_are_the_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_the_checkout_assets_are_its_top_level_folders(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_ML_CONF_DIR", raising=False)
-    assert assets.checkout_root() == REPO
+    assert assets.checkout_root() == REPO == assets.ROOT
     assert render.conf_dir() == REPO / "devcluster" / "templates"
-    assert render.shim_source() == SHARE / "job_submit.lua"
+    assert render.shim_source() == REPO / "job_submit" / "job_submit.lua"
     for f in SCRIPTS:
-        assert assets.asset_path(f) == SHARE / f
-    assert assets.DEFAULT_CONFIG == SHARE / "slurm-ml.yaml"
+        assert assets.asset_path(*f.split("/")) == REPO / f
+    assert assets.DEFAULT_CONFIG == REPO / "conf" / "slurm-ml.yaml"
+    assert assets.asset_path("conf", "prometheus", "slurm-ml.rules.yml").is_file()
 
 
 def test_conf_dir_env_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SLURM_ML_CONF_DIR", str(tmp_path))
     assert assets.conf_dir() == tmp_path == render.conf_dir()
-    # ... the dev cluster's templates only: the shim still comes from the package
-    assert render.shim_source() == SHARE / "job_submit.lua"
+    # ... the dev cluster's templates only: the shim still comes from job_submit/
+    assert render.shim_source() == REPO / "job_submit" / "job_submit.lua"
 
 
 def test_a_missing_asset_names_where_it_looked(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(assets, "SHARE", tmp_path / "share")
+    monkeypatch.setattr(assets, "ROOT", tmp_path)
     with pytest.raises(assets.AssetNotFound) as err:
-        assets.asset_path("nope")
-    assert err.value.tried == [tmp_path / "share" / "nope"]
-    assert str(tmp_path / "share" / "nope") in str(err.value)
-    assert "reinstall slurm-ml" in str(err.value)
+        assets.asset_path("prolog", "nope")
+    assert err.value.tried == [tmp_path / "prolog" / "nope"]
+    assert str(tmp_path / "prolog" / "nope") in str(err.value)
+    assert "reinstall slurm-ml (a wheel ships it in slurm_ml/prolog/" in str(err.value)
     assert isinstance(err.value, FileNotFoundError)
     # not strict: where it would be (for defaults computed at import time)
-    assert assets.asset_path("nope", strict=False) == tmp_path / "share" / "nope"
-    for bad in (("..", "etc"), ("/etc/passwd",), ()):
+    assert assets.asset_path("conf", "nope", strict=False) == tmp_path / "conf" / "nope"
+    # only the shipped folders, and only inside them
+    for bad in (("conf", "..", "etc"), ("conf", "/etc/passwd"), ("devcluster", "templates"),
+                ("slurm_ml",), (".",), ("..",)):
         with pytest.raises(ValueError):
             assets.asset_path(*bad)
 
 
-def test_a_package_without_its_share_is_a_template_error(
+def test_a_package_without_its_assets_is_a_template_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(assets, "SHARE", tmp_path / "share")
-    with pytest.raises(render.TemplateError, match=re.escape("share/job_submit.lua")):
+    monkeypatch.setattr(assets, "ROOT", tmp_path)
+    with pytest.raises(render.TemplateError, match=re.escape("job_submit/job_submit.lua")):
         render.shim_source()
     from slurm_ml.deploy import state
     from slurm_ml.deploy.errors import BadInput
-    (tmp_path / "share").mkdir()
-    shutil.copy(SHARE / "job_submit.lua", tmp_path / "share")
-    with pytest.raises(BadInput, match="share/slurm-ml-hook"):
-        state.read_sources(templates=SHARE)
+    (tmp_path / "job_submit").mkdir()
+    shutil.copy(REPO / "job_submit" / "job_submit.lua", tmp_path / "job_submit")
+    with pytest.raises(BadInput, match="prolog/slurm-ml-hook"):
+        state.read_sources(templates=REPO / "conf")

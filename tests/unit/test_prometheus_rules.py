@@ -22,8 +22,8 @@ from slurm_ml.daemon.metrics import Metrics
 from slurm_ml.submitd.server import PolicyServer
 from slurm_ml.submitd.state import StateRefresher
 
-RULES = asset_path("prometheus", "slurm-ml.rules.yml")
-TESTS = asset_path("prometheus", "slurm-ml.rules.test.yml")
+RULES = asset_path("conf", "prometheus", "slurm-ml.rules.yml")
+TESTS = asset_path("conf", "prometheus", "slurm-ml.rules.test.yml")
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian package prometheus; "

@@ -101,7 +101,7 @@ def test_qos_plan() -> None:
 def _lua_list(name: str) -> set[str]:
     import re
 
-    lua = (Path(__file__).resolve().parents[2] / "slurm_ml" / "share" / "job_submit.lua").read_text()
+    lua = (Path(__file__).resolve().parents[2] / "job_submit" / "job_submit.lua").read_text()
     body = lua.split(f"local {name} = {{", 1)[1].split("}", 1)[0]
     return set(re.findall(r'"([a-z0-9_]+)"', body))
 

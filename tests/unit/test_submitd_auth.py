@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_ml.assets import DEFAULT_CONFIG, SHARE
+from slurm_ml.assets import DEFAULT_CONFIG, asset_path
 from slurm_ml.cli import main
 from slurm_ml.config import load_config
 from slurm_ml.slurm.render import render_shim
@@ -169,7 +169,7 @@ def test_config_check_refuses_a_socket_directory_others_may_write(tmp_path: Path
 
 
 def test_install_renders_the_key_path_into_the_shim() -> None:
-    text = (SHARE / "job_submit.lua").read_text()
+    text = asset_path("job_submit", "job_submit.lua").read_text()
     shim = render_shim(text, CFG, "/run/slurm-ml/submitd.sock", "/var/lib/slurm-ml/submitd.key")
     assert 'local AUTH_KEY_PATH = "/var/lib/slurm-ml/submitd.key"' in shim
     assert 'local AUTH_KEY_PATH = ""' in render_shim(text, CFG, "/run/slurm-ml/submitd.sock")

@@ -106,7 +106,7 @@ def test_the_histogram_has_a_bucket_at_the_configured_wait() -> None:
 
 def test_the_bucket_is_the_shims_own_wait() -> None:
     """The Lua shim's TIMEOUT_MS and the config's default are the bucket the rules ask."""
-    shim = asset_path("job_submit.lua").read_text()
+    shim = asset_path("job_submit", "job_submit.lua").read_text()
     [ms] = re.findall(r"^local TIMEOUT_MS = (\d+)$", shim, re.MULTILINE)
     assert int(ms) / 1000 == SHIM_TIMEOUT_S == AdmissionConfig().socket_timeout_ms / 1000
 
