@@ -436,9 +436,10 @@ def test_the_image_has_every_file_slurm_ml_install_and_render_read() -> None:
 
 
 def shell_scripts() -> list[Path]:
-    found = sorted((REPO / "devcluster").rglob("*.sh")) + sorted((REPO / "examples")
-                                                           .glob("*.sh"))
-    return found
+    """The repository's bash: the dev cluster's, the example site's sacctmgr commands and
+    the hook wrapper slurmd runs."""
+    return [*sorted((REPO / "devcluster").rglob("*.sh")),
+            *sorted((REPO / "conf" / "examples").glob("*.sh")), REPO / "prolog" / "slurm-ml-hook"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")

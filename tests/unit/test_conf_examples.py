@@ -1,4 +1,4 @@
-"""examples/: the admin's starting point must load, must show every key slurm-ml
+"""conf/examples/: the admin's starting point must load, must show every key slurm-ml
 knows, and the files made from it must be what slurm-ml itself would make.
 
 gres.conf, topology.conf and sacctmgr-qos.sh are golden files: when render.py or
@@ -41,7 +41,7 @@ from slurm_ml.model import ALLOC_QOS, FREE_QOS
 from slurm_ml.slurm import accounts, render
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+EXAMPLES = REPO / "conf" / "examples"
 EXAMPLE_YAML = EXAMPLES / "slurm-ml.yaml"
 SCRIPT = EXAMPLES / "sacctmgr-qos.sh"
 REGEN = os.environ.get("SLURM_ML_REGEN_EXAMPLES") == "1"
@@ -85,7 +85,7 @@ def expected_script(cfg: Config) -> str:
                                        cfg.policy.contracts.free_grace_s)}
     steps = "\n".join(f"step {shlex.join(cmd)}" for cmd in planned_commands(cfg))
     return f"""#!/bin/bash
-# slurm-ml's QOS and the account tree of examples/slurm-ml.yaml, as sacctmgr
+# slurm-ml's QOS and the account tree of conf/examples/slurm-ml.yaml, as sacctmgr
 # commands for slurmdbd. Run it as a Slurm administrator where sacctmgr reaches slurmdbd.
 #
 # Generated from slurm-ml.yaml by slurm_ml/slurm/accounts.py (default_qos_specs,

@@ -3,7 +3,7 @@ a Config or raises ConfigError (never the loader's catch-all for the unforeseen)
 and in bounded memory.
 
 tests/unit/test_config.py fuzzes parsed data and short text; this starts from the real
-configs (the packaged default and examples/slurm-ml.yaml) and mutates them the ways a
+configs (the packaged default and conf/examples/slurm-ml.yaml) and mutates them the ways a
 prober did: huge integers, deep nesting, odd tags, node ranges past any cluster, aliases,
 random bytes and unicode, spliced in at random lines and values.
 """
@@ -25,7 +25,7 @@ from slurm_ml.config.load import UNEXPECTED
 
 REPO = Path(__file__).resolve().parents[2]
 BASES = [DEFAULT_CONFIG.read_text(encoding="utf-8"),
-         (REPO / "examples" / "slurm-ml.yaml").read_text(encoding="utf-8")]
+         (REPO / "conf" / "examples" / "slurm-ml.yaml").read_text(encoding="utf-8")]
 #: Each example may take this long: the slowest legitimate file here loads in a tenth.
 MAX_SECONDS = 3.0
 #: How far the process's peak memory may grow over the whole module (maxrss only grows).

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPED = DEFAULT_CONFIG
 SHIPPED_DATA: dict[str, Any] = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
 #: Every slurm-ml.yaml the repository ships, each for its own purpose.
-YAMLS = [SHIPPED, REPO / "examples" / "slurm-ml.yaml",
+YAMLS = [SHIPPED, REPO / "conf" / "examples" / "slurm-ml.yaml",
          REPO / "devcluster" / "compose" / "slurm-ml.yaml"]
 
 STEP = "policy.fairshare.site_factor_step"

@@ -89,7 +89,7 @@ class Run:
 _SCRIPT = "#!/bin/bash\n#SBATCH --time=60\nsrun python train.py\n"
 RUN: dict[str, Run] = {
     "slurm-ml --version": Run(),
-    "slurm-ml config check /opt/slurm-ml/src/examples/slurm-ml.yaml": Run(),
+    "slurm-ml config check /opt/slurm-ml/src/conf/examples/slurm-ml.yaml": Run(),
     "slurm-ml config check /etc/slurm-ml/slurm-ml.yaml": Run(),
     "slurm-ml submit-check --user alice -- --gres=gpu:a100_80g:4 --comment=gpu_mem=30G train.sh":
         Run(files={"train.sh": _SCRIPT}),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# slurm-ml's QOS and the account tree of examples/slurm-ml.yaml, as sacctmgr
+# slurm-ml's QOS and the account tree of conf/examples/slurm-ml.yaml, as sacctmgr
 # commands for slurmdbd. Run it as a Slurm administrator where sacctmgr reaches slurmdbd.
 #
 # Generated from slurm-ml.yaml by slurm_ml/slurm/accounts.py (default_qos_specs,
