@@ -27,7 +27,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -41,6 +41,7 @@ __all__ = [
     "DataPath",
     "Document",
     "Duplicate",
+    "Spot",
     "YamlError",
     "read_text",
     "read_yaml",
@@ -92,6 +93,16 @@ class Duplicate:
                         "last one)")
 
 
+class Spot(NamedTuple):
+    """Where a value of a document is written (lines 1-based)."""
+
+    key_line: int  # of the key that names it; a list item's own line
+    line: int  # where the value starts
+    #: the key as written (``0123`` read as the integer 83 is "0123" here); None for a
+    #: list item or the document itself
+    key: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class Document:
     """One YAML document, read: its data (``None`` when empty), its duplicate keys and,
@@ -100,9 +111,8 @@ class Document:
     source: str
     data: object
     duplicates: tuple[Duplicate, ...] = ()
-    #: value path -> (line of the key that names it, line its value starts on), 1-based;
-    #: a list item's two lines are its own. Empty unless :func:`read_yaml` was asked.
-    lines: Mapping[DataPath, tuple[int, int]] = field(default_factory=dict)
+    #: where each value is, by its path; empty unless :func:`read_yaml` was asked
+    spots: Mapping[DataPath, Spot] = field(default_factory=dict)
 
 
 class _Refused(Exception):
@@ -259,23 +269,23 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _lines(root: yaml.Node, loader: _StrictLoader) -> dict[DataPath, tuple[int, int]]:
+def _spots(root: yaml.Node, loader: _StrictLoader) -> dict[DataPath, Spot]:
     """Where each value of the constructed document is written, by its path.
 
     Walked after construction, when `<<` merges are flattened into their mappings, and
     iteratively: the expanded document is bounded (MAX_VALUES) but an alias may nest
     deeper than the text does. Of a key given twice the last one counts, as in the data.
     """
-    out: dict[DataPath, tuple[int, int]] = {(): (_line(root), _line(root))}
+    out: dict[DataPath, Spot] = {(): Spot(_line(root), _line(root), None)}
     stack: list[tuple[DataPath, yaml.Node]] = [((), root)]
     while stack:
         path, node = stack.pop()
         if isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
-                out[(*path, index)] = (_line(item), _line(item))
+                out[(*path, index)] = Spot(_line(item), _line(item), None)
                 stack.append(((*path, index), item))
         elif isinstance(node, yaml.MappingNode):
-            last: dict[object, tuple[yaml.Node, yaml.Node]] = {}
+            last: dict[object, tuple[yaml.ScalarNode, yaml.Node]] = {}
             for key_node, value in node.value:
                 if isinstance(key_node, yaml.ScalarNode):
                     key = loader.construct_object(key_node)
@@ -284,13 +294,13 @@ def _lines(root: yaml.Node, loader: _StrictLoader) -> dict[DataPath, tuple[int, 
                     except TypeError:  # unhashable: not a key of the data either
                         continue
             for key, (key_node, value) in last.items():
-                out[(*path, key)] = (_line(key_node), _line(value))
+                out[(*path, key)] = Spot(_line(key_node), _line(value), str(key_node.value))
                 stack.append(((*path, key), value))
     return out
 
 
-def read_yaml(text: str, source: str, *, lines: bool = False) -> Document:
-    """The one document of ``text``; with ``lines``, where each value is written.
+def read_yaml(text: str, source: str, *, spots: bool = False) -> Document:
+    """The one document of ``text``; with ``spots``, where each value is written.
 
     Raises YamlError (naming ``source``) when ``text`` is no YAML or goes past a bound.
     """
@@ -306,7 +316,7 @@ def read_yaml(text: str, source: str, *, lines: bool = False) -> Document:
                            "each alias as a copy of what it names", root.start_mark)
         data = loader.construct_document(root)
         return Document(source, data, tuple(loader.duplicates),
-                        _lines(root, loader) if lines else {})
+                        _spots(root, loader) if spots else {})
     except _Refused as exc:
         raise YamlError(f"{source}: refused{_where(exc.mark)}: {exc.message}") from None
     except yaml.reader.ReaderError as exc:
