@@ -379,7 +379,8 @@ def _names_as_written(data: dict[Any, Any], spots: dict[DataPath, Spot]) -> dict
             spot = spots.get((*path, key))
             name = key
             # 1 beside "1" is left a number, for the reader to refuse
-            if not isinstance(key, str) and spot and spot.key is not None and spot.key not in taken:
+            if (not isinstance(key, str) and spot is not None and spot.key is not None
+                    and spot.key not in taken):
                 name = spot.key
                 taken.add(name)
                 for old in [p for p in spots if p[:len(path) + 1] == (*path, key)]:
