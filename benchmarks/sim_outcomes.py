@@ -85,17 +85,13 @@ def _prepared(scenario_path: str, seed: int, config_path: str,
     share it. ``overrides``: ``KEY.PATH=VALUE`` texts, as ``sim --set`` takes them."""
     import dataclasses
 
-    import yaml
-
     from slurm_ml.config import load_config
     from slurm_ml.sim.prepare import prepare
     from slurm_ml.sim.scenario_file import load_scenario, parse_override
 
     sc = dataclasses.replace(load_scenario(scenario_path, tuple(map(parse_override, overrides))),
                              seed=seed, policies=POLICIES)
-    data = (yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
-            if sc.policy else None)
-    return prepare(sc, load_config(config_path), base_data=data)
+    return prepare(sc, load_config(config_path))
 
 
 def run_one(scenario_path: str, policy: str, seed: int, config_path: str,

@@ -73,7 +73,6 @@ def sweep_cmd(*, config_path: str | None, scenario_path: str, vary: str, out_dir
 
     Exit codes: 0 ok; 1 a point failed (the others are still written); 2 bad input.
     """
-    from slurm_ml.cli.simulate import _yaml_data
     from slurm_ml.sim import sweep as sw
     from slurm_ml.sim.report import check_report_deps
 
@@ -83,13 +82,13 @@ def sweep_cmd(*, config_path: str | None, scenario_path: str, vary: str, out_dir
     if not on_slurm and (partition or account or time_limit):
         fail("--partition, --account and --time-limit go with --on-slurm", EXIT_BAD_INPUT)
     base_path = assets.config_path(config_path)
-    load_config_or_exit(base_path)
+    base = load_config_or_exit(base_path)
     out = Path(out_dir)
     if why := check_report_deps(out):
         fail(f"--out: {why}", EXIT_BAD_INPUT)
     try:
         sweep = sw.plan(scenario_path, vary, out, config_path=base_path, hours=hours,
-                        policies=policies, base_data=_yaml_data(base_path))
+                        policies=policies, base=base)
     except ValueError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     out.mkdir(parents=True, exist_ok=True)

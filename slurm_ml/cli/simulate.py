@@ -7,12 +7,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import click
 
 from slurm_ml import assets
 from slurm_ml.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, emit, fail, load_config_or_exit
+from slurm_ml.cli.sim_sweep import sweep_cmd, sweep_point_cmd
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")  # sim.prepare's
 
@@ -155,7 +155,7 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
         cycle_s=cycle_s if cycle_s is not None else sc.cycle_s,
         partition_by_team=partition_by_team or sc.partition_by_team)
     try:
-        prep = prepare(sc, base, base_data=_yaml_data(base_path) if sc.policy else None)
+        prep = prepare(sc, base)
     except ConfigError as exc:
         fail(f"invalid scenario in {sc.source}:\n{exc}", EXIT_BAD_INPUT)
     except ValueError as exc:  # ScenarioError and TraceError are ValueErrors
@@ -191,15 +191,5 @@ def sim_cmd(ctx: click.Context, *, config_path: str | None, scenario_path: str |
         sys.exit(EXIT_FAILED)
 
 
-def _yaml_data(path: Path) -> Any:
-    """The base config file's YAML, for the scenario's policy overrides to merge into."""
-    import yaml
-
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-
-
-# the subcommands live in their own module, which imports this one only when it runs
-from slurm_ml.cli.sim_sweep import sweep_cmd, sweep_point_cmd  # noqa: E402
-
-sim_cmd.add_command(sweep_cmd)
+sim_cmd.add_command(sweep_cmd)  # the subcommands, from a module of their own
 sim_cmd.add_command(sweep_point_cmd)

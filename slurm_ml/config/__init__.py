@@ -10,11 +10,18 @@ The package, one job per module:
 * :mod:`~slurm_ml.config.parse`: :func:`parse_config`, which validates parsed data and
   reports every problem at once, with its path (``budgets.programs[1].weight: must be
   > 0``);
-* :mod:`~slurm_ml.config.load`: :func:`load_config`, strict YAML from a file;
+* :mod:`~slurm_ml.config.yaml_reader`: the one strict YAML reader (duplicate keys,
+  bounds, line numbers), which the simulator's scenario files go through too;
+* :mod:`~slurm_ml.config.load`: :func:`load_config`, a file through the reader and the
+  parser;
+* :mod:`~slurm_ml.config.revision`: :func:`revise`, a loaded config with overrides
+  written over it, checked by the same parser;
 * :mod:`~slurm_ml.config.errors`: :class:`ConfigIssue` and :class:`ConfigError`.
 
-Import from here: these names are the public surface. Only :func:`load_config` touches
-the file system; the rest is pure. A leaf: of slurm-ml it imports only :mod:`slurm_ml.model`.
+Import from here: these names are the public surface (the scenario reader also uses
+:mod:`~slurm_ml.config.yaml_reader` itself). Only :func:`load_config` touches the file
+system; the rest is pure. A leaf: of slurm-ml it imports only :mod:`slurm_ml.model` and
+the helpers below it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 from slurm_ml.config.errors import ConfigError, ConfigIssue
 from slurm_ml.config.load import load_config
 from slurm_ml.config.parse import parse_config
+from slurm_ml.config.revision import revise
 from slurm_ml.config.schema import (
     AdmissionConfig,
     ClusterConfig,
@@ -62,4 +70,5 @@ __all__ = [
     "SubmitdConfig",
     "load_config",
     "parse_config",
+    "revise",
 ]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from slurm_ml.config import Config, parse_config
-from slurm_ml.sim.scenario import config_data
+from slurm_ml.config import Config, revise
+from slurm_ml.model import GpuType, NodeClass
 from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace
 
 PREFIX = "vc_"
@@ -41,37 +41,31 @@ def partition_by_team(
     template = next((nc for nc in cfg.node_classes if nc.gpu_type == base_type.name), None)
     total = sum(team_nodes.values())
     width = len(str(total))
-    gpu_types: dict[str, object] = {}
-    classes: list[dict[str, object]] = []
+    gpu_types: dict[str, GpuType] = {}
+    classes: list[NodeClass] = []
     first = 1
     for team, nodes in sorted(team_nodes.items()):
         if nodes < 1:
             raise ValueError(f"team {team!r}: {nodes} nodes")
         name = partition_type(team)
-        gpu_types[name] = {**{k: v for k, v in config_data(base_type).items() if k != "name"},
-                           "feature": name}
+        gpu_types[name] = dataclasses.replace(base_type, name=name, feature=name)
         last = first + nodes - 1
-        classes.append({
-            "name": name,
-            "nodes": f"sim[{first:0{width}d}-{last:0{width}d}]" if last > first
+        classes.append(NodeClass(
+            name=name,
+            nodes=f"sim[{first:0{width}d}-{last:0{width}d}]" if last > first
             else f"sim{first:0{width}d}",
-            "gpu_type": name, "gpus_per_node": gpus_per_node, "leaf_switch": f"leaf_{team}",
-            "features": [name], "cpus": template.cpus if template else 64,
-            "memory_mb": template.memory_mb if template else 512_000,
-        })
+            gpu_type=name, gpus_per_node=gpus_per_node, leaf_switch=f"leaf_{team}",
+            features=(name,), cpus=template.cpus if template else 64,
+            memory_mb=template.memory_mb if template else 512_000,
+        ))
         first = last + 1
     whole = f"sim[{1:0{width}d}-{total:0{width}d}]" if total > 1 else f"sim{1:0{width}d}"
-    cluster = dataclasses.replace(
-        cfg.cluster,
-        partitions=tuple(dataclasses.replace(p, nodes=whole) for p in cfg.cluster.partitions),
-    )
-    checked = parse_config(
-        {"cluster": config_data(cluster), "gpu_types": gpu_types, "node_classes": classes,
-         "budgets": config_data(cfg.budgets)},
-        source="partitioned cluster",
-    )
-    out_cfg = dataclasses.replace(cfg, cluster=checked.cluster, gpu_types=checked.gpu_types,
-                                  node_classes=checked.node_classes)
+    # only these types: the config's own would be types without nodes; checked whole
+    out_cfg = revise(dataclasses.replace(cfg, gpu_types=gpu_types), {
+        "cluster": {"partitions": [dataclasses.replace(p, nodes=whole)
+                                   for p in cfg.cluster.partitions]},
+        "node_classes": classes,
+    }, source="partitioned cluster")
     kept = [dataclasses.replace(job, gpu_type=partition_type(job.team))
             for job in trace.jobs if job.team in team_nodes]
     dropped = len(trace.jobs) - len(kept)

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from slurm_ml.config import Config, ConfigError, parse_config
+from slurm_ml.config import Config, ConfigError, revise
 from slurm_ml.model import expand_hosts
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.engine import SimSettings, simulate
@@ -34,7 +34,6 @@ __all__ = [
     "run_policy",
     "scenario_info",
     "summaries",
-    "with_policy",
 ]
 
 POLICIES = ("fifo", "slurm-fairshare", "budget", "budget-nocontract")
@@ -73,33 +72,18 @@ def resolve(sc: Scenario) -> Scenario:
         policies=sc.policies or POLICIES)
 
 
-def with_policy(base_data: Mapping[str, Any], overrides: Mapping[str, Any],
-                source: str) -> Config:
-    """The base config's YAML with the scenario's policy knobs merged in, read by the
-    one strict config parser (an unknown knob is an error, not ignored)."""
-
-    def merge(into: Any, extra: Any) -> Any:
-        if isinstance(into, dict) and isinstance(extra, dict):
-            return {**into, **{k: merge(into.get(k), v) for k, v in extra.items()}}
-        return extra
-
-    return parse_config(merge(dict(base_data), {"policy": dict(overrides)}),
-                        source=f"{source} policy")
-
-
-def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None = None,
+def prepare(sc: Scenario, base: Config, *,
             load: Callable[[str], Trace] = traces.load_trace) -> Prepared:
-    """Build the run ``sc`` describes on ``base`` (whose YAML ``base_data`` the policy
-    overrides are merged into). Raises ValueError or ConfigError."""
+    """Build the run ``sc`` describes on ``base``, with the scenario's ``policy`` knobs
+    revised into it (checked by the config's rules: an unknown knob is an error, not
+    ignored). Raises ValueError or ConfigError."""
     sc = resolve(sc)
     bad = [p for p in sc.policies or () if p not in POLICIES]
     if bad:
         raise ScenarioError(f"{sc.source}: unknown policy {', '.join(bad)} "
                             f"(known: {', '.join(POLICIES)})")
     if sc.policy:
-        if base_data is None:
-            raise ValueError("policy overrides need the base config's YAML data")
-        base = with_policy(base_data, sc.policy, sc.source)
+        base = revise(base, {"policy": sc.policy}, source=f"{sc.source} policy")
     spec, start_hours, hours = sc.trace or "philly", sc.start_hours or 0.0, sc.hours
     trace = load(spec)
     if start_hours or hours is not None:
@@ -117,9 +101,7 @@ def prepare(sc: Scenario, base: Config, *, base_data: Mapping[str, Any] | None =
                    for nc in layout.node_classes)
     else:
         if sc.gpu_types:
-            base = scenario.classes_config(base, [dataclasses.asdict(nc) for nc in
-                                                  base.node_classes], sc.gpu_types,
-                                           source=sc.source)
+            base = revise(base, {"gpu_types": sc.gpu_types}, source=f"{sc.source} cluster")
         per_node = sc.gpus_per_node or DEFAULT_GPUS_PER_NODE
         size = (sc.nodes * per_node if sc.nodes
                 else scenario.implied_cluster_gpus(trace, vc_nodes, per_node))
@@ -227,9 +209,8 @@ def _budgets(sc: Scenario, base: Config, shape: Config, trace: Trace,
     # a weighted team with no job in this slice still holds its budget
     users = {**{t: traces.vc_user(t) for t in weights}, **trace.team_users()}
     tree = scenario.weighted_tree(base, weights, users=users)
-    # through the parser: a name Slurm would refuse (an upper-case team) fails here
-    return scenario.classes_config(shape, scenario.config_data(shape.node_classes),
-                                   budgets=tree, source=sc.source), trace
+    # checked: a name Slurm would refuse (an upper-case team) fails here
+    return revise(shape, {"budgets": tree}, source=f"{sc.source} cluster"), trace
 
 
 def run_policy(prep: Prepared, policy: str,

@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from slurm_ml.config import Config, parse_config
+from slurm_ml.config import Config, revise
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree, NodeClass
 from slurm_ml.sim.traces import DEFAULT_GPUS_PER_NODE, Trace, kind_of, vc_user
 from slurm_ml.sim.workload import DEBUG, SimJob
@@ -25,7 +25,6 @@ __all__ = [
     "classes_config",
     "classify",
     "cluster_config",
-    "config_data",
     "demand_ratio",
     "implied_cluster_gpus",
     "inject_debug_jobs",
@@ -287,8 +286,9 @@ def cluster_config(
     spans all of them. Budgets: base's org -> one program ``program`` -> one project per
     team weighted by ``weights`` -> one user (``users[team]``, default ``vc_<team>`` as
     the Philly-derived loaders name VC users; pass ``trace.team_users()`` otherwise).
-    The new sections go through the config parser, so a name Slurm would refuse (an
-    upper-case team, say) raises ConfigError here rather than mid-simulation.
+    The result is checked as a file is (:func:`~slurm_ml.config.revise`), so a name
+    Slurm would refuse (an upper-case team, say) raises ConfigError here rather than
+    mid-simulation.
     """
     if gpus_per_node < 1 or leaf_nodes < 1:
         raise ValueError("gpus_per_node and leaf_nodes must be >= 1")
@@ -306,30 +306,12 @@ def cluster_config(
         template=template, feature=base.gpu_types[type_name].feature,
     )
     whole = _nodes(1, nodes, len(str(nodes)))
-    cluster = dataclasses.replace(
-        base.cluster,
-        partitions=tuple(dataclasses.replace(p, nodes=whole) for p in base.cluster.partitions),
-    )
-    budgets = weighted_tree(base, weights, users=users, program=program)
-    checked = parse_config(
-        {
-            "cluster": config_data(cluster),
-            "gpu_types": {
-                name: {k: v for k, v in config_data(gt).items() if k != "name"}
-                for name, gt in base.gpu_types.items()
-            },
-            "node_classes": config_data(leaves),
-            "budgets": config_data(budgets),
-        },
-        source="simulated cluster",
-    )
-    return dataclasses.replace(
-        base,
-        cluster=checked.cluster,
-        gpu_types=checked.gpu_types,
-        node_classes=checked.node_classes,
-        budgets=checked.budgets,
-    )
+    return revise(base, {
+        "cluster": {"partitions": [dataclasses.replace(p, nodes=whole)
+                                   for p in base.cluster.partitions]},
+        "node_classes": leaves,
+        "budgets": weighted_tree(base, weights, users=users, program=program),
+    }, source="simulated cluster")
 
 
 def weighted_tree(base: Config, weights: Mapping[str, float], *,
@@ -362,31 +344,26 @@ def classes_config(
     node_classes: Iterable[Mapping[str, Any]],
     gpu_types: Mapping[str, Any] | None = None,
     *,
-    budgets: BudgetTree | None = None,
     source: str = "scenario",
 ) -> Config:
     """``base`` with its cluster replaced by ``node_classes`` (YAML data in
-    slurm-ml.yaml's own schema; ``gpu_types`` add to or replace base's types), every
-    base partition spanning all of them. Checked by the one config parser, so a bad
-    class is a ConfigError naming ``source`` and the field."""
-    from ClusterShell.NodeSet import NodeSet
+    slurm-ml.yaml's own schema; ``gpu_types`` add to base's types or change them),
+    every base partition spanning all of them. Checked as a file is
+    (:func:`~slurm_ml.config.revise`), so a bad class is a ConfigError naming the
+    field."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.RangeSet import RangeSetException
 
-    types = {name: {k: v for k, v in config_data(gt).items() if k != "name"}
-             for name, gt in base.gpu_types.items()}
-    types.update({name: dict(v) if isinstance(v, Mapping) else v
-                  for name, v in (gpu_types or {}).items()})
     classes = [dict(nc) for nc in node_classes]
-    nodes = NodeSet.fromlist([str(nc.get("nodes", "")) for nc in classes if nc.get("nodes")])
-    cluster = config_data(base.cluster)
-    for part in cluster["partitions"]:
-        part["nodes"] = str(nodes)
-    checked = parse_config(
-        {"cluster": cluster, "gpu_types": types, "node_classes": classes,
-         "budgets": config_data(budgets or base.budgets)},
-        source=f"{source} cluster",
-    )
-    return dataclasses.replace(base, cluster=checked.cluster, gpu_types=checked.gpu_types,
-                               node_classes=checked.node_classes, budgets=checked.budgets)
+    partitions = base.cluster.partitions
+    try:
+        nodes = str(NodeSet.fromlist([str(nc["nodes"]) for nc in classes if nc.get("nodes")]))
+        partitions = tuple(dataclasses.replace(p, nodes=nodes) for p in partitions)
+    except (NodeSetException, RangeSetException):
+        pass  # a class's bad node set, which the config's rules name just below
+    return revise(base, {"cluster": {"partitions": partitions},
+                         "gpu_types": dict(gpu_types or {}), "node_classes": classes},
+                  source=f"{source} cluster")
 
 
 def map_accounts(trace: Trace, cfg: Config, *, teams: Mapping[str, str],
@@ -472,11 +449,3 @@ def _leaf_classes(
         )
     return tuple(out)
 
-
-def config_data(value: Any) -> Any:
-    """A config dataclass as the YAML data the parser reads (tuples become lists)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: config_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [config_data(item) for item in value]
-    return value

@@ -2,36 +2,61 @@
 
 Everything that defines a simulated run lives in one strict file so any result can be
 rerun from it; CLI flags override it and the report records the resolved scenario.
-Bad input is reported as ``file:line: what is wrong`` like the trace loaders, and an
-unknown key is an error (a typo must not silently fall back to a default).
+The file is read by the one strict YAML reader (:mod:`slurm_ml.config.yaml_reader`, as
+slurm-ml.yaml is), and every problem in it is reported at once, each as ``file:line:
+what is wrong`` like the trace loaders: a duplicate key, a bad value, an unknown key (a
+typo must not silently fall back to a default). A knob set by an override (``--set``, a
+sweep point) is named by the override instead of a line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from slurm_ml.config.errors import Unreadable, clip, one_line, show
+from slurm_ml.config.parse import MAX_ISSUES
+from slurm_ml.config.yaml_reader import (
+    DataPath,
+    Document,
+    Spot,
+    YamlError,
+    read_text,
+    read_yaml,
+)
 from slurm_ml.policy.admission.request import PARALLEL_KINDS
 
 __all__ = [
     "Accounts",
     "DebugMix",
     "Faults",
+    "Override",
     "Requests",
     "Scenario",
     "ScenarioError",
     "load_scenario",
     "parse_override",
+    "parse_scenario",
 ]
+
+#: ``KEY.PATH=VALUE`` read: the path of scenario keys, and the value (YAML data).
+Override = tuple[tuple[str, ...], Any]
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names file:line."""
+    """A scenario that cannot be used, with every problem found: each names file:line,
+    or the override that set the knob."""
+
+    def __init__(self, issues: str | Sequence[str]) -> None:
+        self.issues: list[str] = [issues] if isinstance(issues, str) else list(issues)
+        super().__init__("\n".join(self.issues))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the issues when pickled (a sweep point fails in a worker process).
+        return (type(self), (self.issues,))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,422 +161,583 @@ class Scenario:
         return out
 
 
-def _line(node: yaml.Node) -> int:
-    return int(node.start_mark.line) + 1
+def _shown(value: object) -> str:
+    """A value read from the file, for a message: as the file spells it, on one line
+    and clipped (the value may be a megabyte of text)."""
+    return one_line(show(value))
+
+
+def _label(path: tuple[str, ...], value: object) -> str:
+    """What names the values an override set, in messages."""
+    shown = str(value) if isinstance(value, Unreadable) else repr(value)
+    return f"override {'.'.join(path)}={clip(one_line(shown), 80)}"
+
+
+def _all_known(value: object, known: Mapping[str, Any]) -> bool:
+    """Whether :meth:`_Reader.mapping` kept every key of ``value`` (a problem such as
+    "give exactly one of" is only worth saying when no key was unknown)."""
+    return isinstance(value, dict) and len(value) == len(known)
+
+
+def _dotted(path: DataPath) -> str:
+    return ".".join(str(part) for part in path)
 
 
 class _Reader:
-    """Reads composed YAML nodes so every error can name its line."""
+    """Checks the scenario's data, gathering every problem with where it is written."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, spots: Mapping[DataPath, Spot],
+                 set_by: Mapping[DataPath, str]) -> None:
         self.source = source
+        self.spots = spots  # path -> where the file has it
+        self.set_by = set_by  # path -> the override that set it
+        self.issues: list[tuple[float, str]] = []  # (line, the problem as reported)
 
-    def fail(self, node: yaml.Node, message: str) -> ScenarioError:
-        name = str(node.start_mark.name)
-        if name.startswith("override "):  # set by a flag or a sweep, not in the file
-            return ScenarioError(f"{self.source}: {name}: {message}")
-        return ScenarioError(f"{self.source}:{_line(node)}: {message}")
+    def at(self, path: DataPath, *, key: bool = False) -> tuple[float, str]:
+        """The line of the value at ``path`` (of the key naming it, with ``key``) and
+        ``file:line``; or, where an override set it or what holds it, infinity (after
+        the file's lines) and ``file: override ...``."""
+        for depth in range(len(path), -1, -1):
+            head = path[:depth]
+            if head in self.set_by:
+                return math.inf, f"{self.source}: {self.set_by[head]}"
+            if head in self.spots:
+                spot = self.spots[head]
+                line = spot.key_line if key and head == path else spot.line
+                return line, f"{self.source}:{line}"
+        return math.inf, self.source
 
-    def mapping(self, node: yaml.Node, what: str, keys: set[str]) -> dict[str, yaml.Node]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, f"{what} must be a mapping")
-        out: dict[str, yaml.Node] = {}
-        for k, v in node.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else None
-            if not isinstance(key, str):
-                raise self.fail(k, f"{what}: keys must be strings")
-            if key in out:
-                raise self.fail(k, f"{what}: duplicate key {key!r}")
-            if keys and key not in keys:
-                raise self.fail(
-                    k, f"{what}: unknown key {key!r} (known: {', '.join(sorted(keys))})"
-                )
-            out[key] = v
+    def fail(self, path: DataPath, message: str, *, key: bool = False) -> None:
+        line, where = self.at(path, key=key)
+        self.issues.append((line, f"{where}: {message}"))
+
+    def mapping(self, value: object, path: DataPath, what: str,
+                keys: set[str]) -> dict[str, Any] | None:
+        """The mapping's entries with known string keys (any key when ``keys`` is
+        empty); None when it is no mapping. Every other key is reported."""
+        if not isinstance(value, dict):
+            self.fail(path, f"{what} must be a mapping")
+            return None
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                self.fail((*path, k), f"{what}: keys must be strings", key=True)
+            elif keys and k not in keys:
+                self.fail((*path, k), f"{what}: unknown key {_shown(k)} (known: "
+                          f"{', '.join(sorted(keys))})", key=True)
+            else:
+                out[k] = v
         return out
 
-    def value(self, node: yaml.Node) -> Any:
-        return yaml.load(yaml.serialize(node), Loader=yaml.SafeLoader)
-
-    def number(
-        self,
-        node: yaml.Node,
-        what: str,
-        *,
-        low: float = 0.0,
-        strict: bool = False,
-        high: float = math.inf,
-    ) -> float:
-        v = self.value(node)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise self.fail(node, f"{what} must be a number, got {v!r}")
-        if v < low or (strict and v == low) or v > high:
+    def number(self, value: object, path: DataPath, *, what: str | None = None,
+               low: float = 0.0, strict: bool = False, high: float = math.inf,
+               key: bool = False) -> float | None:
+        what = what or _dotted(path)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value):
+            self.fail(path, f"{what} must be a number, got {_shown(value)}", key=key)
+            return None
+        if value < low or (strict and value == low) or value > high:
             bound = f"> {low:g}" if strict else f">= {low:g}"
             rng = bound if high == math.inf else f"in [{low:g}, {high:g}]"
-            raise self.fail(node, f"{what} must be {rng}, got {v!r}")
-        return float(v)
+            self.fail(path, f"{what} must be {rng}, got {_shown(value)}", key=key)
+            return None
+        return float(value)
 
-    def integer(self, node: yaml.Node, what: str, *, low: int = 1) -> int:
-        v = self.value(node)
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise self.fail(node, f"{what} must be an integer >= {low}, got {v!r}")
-        return v
+    def integer(self, value: object, path: DataPath, *, what: str | None = None,
+                low: int = 1, key: bool = False) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            self.fail(path, f"{what or _dotted(path)} must be an integer >= {low}, got "
+                      f"{_shown(value)}", key=key)
+            return None
+        return value
 
-    def string(self, node: yaml.Node, what: str) -> str:
-        v = self.value(node)
-        if not isinstance(v, str) or not v:
-            raise self.fail(node, f"{what} must be a non-empty string, got {v!r}")
-        return v
-
-
-_TOP = {
-    "trace",
-    "slice",
-    "arrivals",
-    "cluster",
-    "budgets",
-    "unallocated",
-    "debug",
-    "faults",
-    "policy",
-    "policies",
-    "seed",
-    "engine",
-    "requests",
-    "admission",
-}
+    def string(self, value: object, path: DataPath, *, what: str | None = None,
+               key: bool = False) -> str | None:
+        if not isinstance(value, str) or not value:
+            self.fail(path, f"{what or _dotted(path)} must be a non-empty string, got "
+                      f"{_shown(value)}", key=key)
+            return None
+        return value
 
 
-def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """``KEY.PATH=VALUE`` (VALUE read as YAML: ``7``, ``2.5``, ``fifo``, ``{1: 1.0}``)."""
+def parse_override(text: str) -> Override:
+    """``KEY.PATH=VALUE`` (VALUE read as YAML by the strict reader: ``7``, ``2.5``,
+    ``fifo``, ``{1: 1.0}``)."""
     key, sep, value = text.partition("=")
     path = tuple(key.strip().split("."))
     if not sep or not all(path):
         raise ScenarioError(f"override {text!r}: expected KEY.PATH=VALUE")
+    where = f"override {text!r}: value"
     try:
-        return path, yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"override {text!r}: value is not valid YAML: {exc}") from exc
+        document = read_yaml(value, where)
+    except YamlError as exc:
+        raise ScenarioError(exc.message) from None
+    if document.duplicates:
+        raise ScenarioError([f"{where}: {dup.problem}" for dup in document.duplicates])
+    return path, document.data
 
 
-def _set(root: yaml.Node, path: tuple[str, ...], value: Any, label: str) -> yaml.Node:
-    """``root`` with the node at ``path`` replaced by ``value`` (made on the way if
-    missing); the new nodes carry ``label`` as their source, so an error names it."""
-    mark = yaml.Mark(label, 0, -1, 0, None, 0)
-    new = yaml.SafeDumper(None).represent_data(value)  # type: ignore[arg-type]
-    _mark(new, mark)
-    if root is None or not path:
-        raise ScenarioError(f"{label}: cannot override the whole scenario")
+def _override(root: dict[Any, Any], path: tuple[str, ...], value: Any, label: str, *,
+              set_by: dict[DataPath, str], spots: dict[DataPath, Spot]) -> str | None:
+    """Set ``value`` at ``path`` of ``root``, making the mappings on the way that are
+    missing (and copying those there: an alias may share one); the new values are
+    ``label``'s, in ``set_by``. None, or why it cannot be set."""
+    if not path:
+        return f"{label}: cannot override the whole scenario"
     node = root
-    for i, key in enumerate(path):
-        if not isinstance(node, yaml.MappingNode):
-            raise ScenarioError(f"{label}: {'.'.join(path[:i])} is not a mapping")
-        hit = next((pair for pair in node.value
-                    if isinstance(pair[0], yaml.ScalarNode) and pair[0].value == key), None)
-        last = i == len(path) - 1
-        if hit is None:
-            child: yaml.Node = new if last else yaml.MappingNode(
-                "tag:yaml.org,2002:map", [], start_mark=mark, end_mark=mark)
-            node.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", key,
-                                               start_mark=mark, end_mark=mark), child))
-            node = child
-        elif last:
-            node.value[node.value.index(hit)] = (hit[0], new)
-        else:
-            node = hit[1]
-    return root
+    for depth, key in enumerate(path[:-1], start=1):
+        child = node.get(key, {})
+        if not isinstance(child, dict):
+            return f"{label}: {'.'.join(path[:depth])} is not a mapping"
+        if key not in node:
+            set_by[path[:depth]] = label
+        child = node[key] = dict(child)
+        node = child
+    node[path[-1]] = value
+    set_by[path] = label
+    for stale in [p for p in spots if p[:len(path)] == path]:  # what the file had there
+        del spots[stale]
+    return None
 
 
-def _mark(node: yaml.Node, mark: yaml.Mark) -> None:
-    node.start_mark = node.end_mark = mark
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            _mark(k, mark)
-            _mark(v, mark)
-    elif isinstance(node, yaml.SequenceNode):
-        for v in node.value:
-            _mark(v, mark)
-
-
-def load_scenario(path: str | Path,
-                  overrides: tuple[tuple[tuple[str, ...], Any], ...] = ()) -> Scenario:
+def load_scenario(path: str | Path, overrides: Sequence[Override] = ()) -> Scenario:
     """Read and check a scenario file (see docs/simulator.md for its keys), with
     ``overrides`` (from :func:`parse_override`) set on it first: a sweep point is the
-    file with one knob changed, checked by the same rules."""
+    file with one knob changed, checked by the same rules. Raises ScenarioError with
+    every problem found."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{source}: cannot read: {exc.strerror}") from exc
+        text = read_text(path, source, noun="a scenario")
+    except YamlError as exc:
+        raise ScenarioError(exc.message) from None
     return parse_scenario(text, source, overrides)
 
 
 def parse_scenario(text: str, source: str = "<scenario>",
-                   overrides: tuple[tuple[tuple[str, ...], Any], ...] = ()) -> Scenario:
+                   overrides: Sequence[Override] = ()) -> Scenario:
     """:func:`load_scenario` on the file's text."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{source}{where}: not valid YAML: {exc}") from exc
-    if root is None and overrides:
-        root = yaml.MappingNode("tag:yaml.org,2002:map", [])
-    if root is None:
+        document = read_yaml(text, source, spots=True)
+    except YamlError as exc:
+        raise ScenarioError(exc.message) from None
+    return _scenario(document, overrides)
+
+
+def _scenario(document: Document, overrides: Sequence[Override]) -> Scenario:
+    """The scenario of ``document`` with ``overrides`` set on it; every problem is
+    reported at once, the file's in line order, then the overrides'."""
+    source = document.source
+    data = document.data
+    if data is None and not overrides:
         raise ScenarioError(f"{source}:1: empty scenario file")
-    for key, value in overrides:
-        label = f"override {'.'.join(key)}={value!r}"
-        root = _set(root, key, value, label)
-    r = _Reader(source)
-    top = r.mapping(root, "scenario", _TOP)
-    fields: dict[str, Any] = {"source": source}
-    if "trace" in top:
-        fields["trace"] = r.string(top["trace"], "trace")
-    if "slice" in top:
-        sl = r.mapping(top["slice"], "slice", {"start_hours", "hours"})
-        if "start_hours" in sl:
-            fields["start_hours"] = r.number(sl["start_hours"], "slice.start_hours")
-        if "hours" in sl:
-            fields["hours"] = r.number(sl["hours"], "slice.hours", strict=True)
-    if "arrivals" in top:
-        node = top["arrivals"]
-        ar = r.mapping(node, "arrivals", {"scale", "target_load"})
-        if len(ar) != 1:
-            raise r.fail(node, "arrivals: give exactly one of scale or target_load")
-        if "scale" in ar:
-            fields["scale"] = r.number(ar["scale"], "arrivals.scale", strict=True)
-        else:
-            fields["target_load"] = r.number(ar["target_load"], "arrivals.target_load", strict=True)
-    if "cluster" in top:
-        fields.update(_cluster(r, top["cluster"]))
-    if "budgets" in top:
-        fields.update(_budgets(r, top["budgets"]))
-    if "engine" in top:
-        en = r.mapping(top["engine"], "engine", {"cycle_s", "partition_by_team"})
-        if "cycle_s" in en:
-            fields["cycle_s"] = r.number(en["cycle_s"], "engine.cycle_s", strict=True)
-        if "partition_by_team" in en:
-            v = r.value(en["partition_by_team"])
-            if not isinstance(v, bool):
-                raise r.fail(en["partition_by_team"], "engine.partition_by_team must be "
-                             f"true or false, got {v!r}")
-            fields["partition_by_team"] = v
-    if "unallocated" in top:
-        fields["unallocated"] = r.number(top["unallocated"], "unallocated", high=1.0)
-    if "debug" in top:
-        fields["debug"] = _debug(r, top["debug"])
-    if "faults" in top:
-        fa = r.mapping(top["faults"], "faults", {"rate_per_node_per_day", "repair_hours"})
-        faults = Faults(
-            rate_per_node_per_day=r.number(
-                fa["rate_per_node_per_day"], "faults.rate_per_node_per_day"
-            )
-            if "rate_per_node_per_day" in fa
-            else 0.0,
-            repair_hours=r.number(fa["repair_hours"], "faults.repair_hours", strict=True)
-            if "repair_hours" in fa
-            else 4.0,
-        )
-        fields["faults"] = faults
-    if "policy" in top:
-        r.mapping(top["policy"], "policy", set())
-        fields["policy"] = r.value(top["policy"])
-    if "policies" in top:
-        v = r.value(top["policies"])
-        if not isinstance(v, list) or not v or not all(isinstance(p, str) for p in v):
-            raise r.fail(top["policies"], "policies must be a non-empty list of names")
-        fields["policies"] = tuple(v)
-    if "seed" in top:
-        fields["seed"] = r.integer(top["seed"], "seed", low=0)
-    if "requests" in top:
-        fields["requests"] = _requests(r, top["requests"])
-    if "admission" in top:
-        v = r.value(top["admission"])  # YAML 1.1 reads a bare on/off as true/false
-        if isinstance(v, str) and v.lower() in ("on", "off"):
-            v = v.lower() == "on"
-        if not isinstance(v, bool):
-            raise r.fail(top["admission"], f"admission must be on or off, got {v!r}")
-        fields["admission"] = v
-    return Scenario(**fields)
+    spots = dict(document.spots)
+    set_by: dict[DataPath, str] = {}
+    unset: list[tuple[float, str]] = []  # overrides that could not be set
+    if isinstance(data, dict) or data is None:
+        data = _names_as_written(dict(data or {}), spots)
+        for path, value in overrides:
+            why = _override(data, path, value, _label(path, value), set_by=set_by,
+                            spots=spots)
+            if why is not None:
+                unset.append((math.inf, f"{source}: {why}"))
+    r = _Reader(source, spots, set_by)
+    fields = _read(r, data)
+    duplicates = [(dup.line, f"{source}:{dup.line}: {dup.problem}")
+                  for dup in document.duplicates]
+    issues = [text for _, text in sorted([*duplicates, *r.issues, *unset],
+                                         key=lambda issue: issue[0])]
+    if len(issues) > MAX_ISSUES:  # a report stays readable, as the config's does
+        issues[MAX_ISSUES:] = [f"{source}: {len(issues) - MAX_ISSUES} more problem(s) not "
+                               f"listed (the first {MAX_ISSUES} are above)"]
+    if issues:
+        raise ScenarioError(issues)
+    return Scenario(source=source, **fields)
 
 
-def _distribution(r: _Reader, node: yaml.Node, what: str, example: str,
-                  key: Any) -> dict[Any, float]:
-    """A mapping of outcomes to probabilities that sum to 1; ``key`` reads an outcome."""
-    if not isinstance(node, yaml.MappingNode) or not node.value:
-        raise r.fail(node, f"{what} must map outcomes to probabilities, e.g. {example}")
-    out: dict[Any, float] = {}
-    for k, v in node.value:
-        name = key(k)
-        if name in out:
-            raise r.fail(k, f"{what}: duplicate key {name!r}")
-        out[name] = r.number(v, f"{what}.{name}", high=1.0)
-    if abs(sum(out.values()) - 1) > 1e-6:
-        raise r.fail(node, f"{what} probabilities must sum to 1, got {sum(out.values()):g}")
+#: Mappings whose keys are names (trace teams, users, GPU types): each key is the name
+#: as written, so a team called 103959 or 0123 is that team, not the number YAML reads.
+_NAMED = (("budgets", "weights"), ("budgets", "accounts", "teams"),
+          ("budgets", "accounts", "users"), ("requests", "mem_gb"))
+
+
+def _names_as_written(data: dict[Any, Any], spots: dict[DataPath, Spot]) -> dict[Any, Any]:
+    """``data`` with the keys of the :data:`_NAMED` mappings as written (copied where
+    changed), and ``spots`` moved with them. ``requests.mem_gb`` is named only when it
+    maps GPU types to distributions; otherwise its keys are GB, numbers."""
+    for path in _NAMED:
+        at: Any = data
+        for part in path:
+            at = at.get(part) if isinstance(at, dict) else None
+        if not isinstance(at, dict) or all(isinstance(k, str) for k in at):
+            continue
+        if path[-1] == "mem_gb" and not all(isinstance(v, dict) for v in at.values()):
+            continue
+        renamed: dict[Any, Any] = {}
+        taken = {key for key in at if isinstance(key, str)}
+        for key, value in at.items():
+            spot = spots.get((*path, key))
+            name = key
+            # 1 beside "1" is left a number, for the reader to refuse
+            if (not isinstance(key, str) and spot is not None and spot.key is not None
+                    and spot.key not in taken):
+                name = spot.key
+                taken.add(name)
+                for old in [p for p in spots if p[:len(path) + 1] == (*path, key)]:
+                    spots[(*path, name, *old[len(path) + 1:])] = spots.pop(old)
+            renamed[name] = value
+        data = _with(data, path, renamed)
+    return data
+
+
+def _with(data: dict[Any, Any], path: DataPath, value: Any) -> dict[Any, Any]:
+    """``data`` with ``value`` at ``path`` (whose mappings exist), each copied on the way."""
+    if not path:
+        return dict(value)
+    return {**data, path[0]: _with(data[path[0]], path[1:], value) if len(path) > 1
+            else value}
+
+
+def _read(r: _Reader, data: object) -> dict[str, Any]:
+    """The scenario's fields, section by section in the file's order (a field whose
+    value was bad is left out: its problem is in ``r.issues``)."""
+    top = r.mapping(data, (), "scenario", set(_SECTIONS))
+    fields: dict[str, Any] = {}
+    for name, value in (top or {}).items():
+        fields.update(_SECTIONS[name](r, value))
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- sections
+# Each reads one top-level key's value into Scenario fields.
+
+
+def _trace(r: _Reader, value: object) -> dict[str, Any]:
+    return {"trace": r.string(value, ("trace",))}
+
+
+def _slice(r: _Reader, value: object) -> dict[str, Any]:
+    sl = r.mapping(value, ("slice",), "slice", {"start_hours", "hours"}) or {}
+    out: dict[str, Any] = {}
+    if "start_hours" in sl:
+        out["start_hours"] = r.number(sl["start_hours"], ("slice", "start_hours"))
+    if "hours" in sl:
+        out["hours"] = r.number(sl["hours"], ("slice", "hours"), strict=True)
     return out
 
 
-def _requests(r: _Reader, node: yaml.Node) -> Requests:
-    rq = r.mapping(node, "requests", {"gpu_type", "mem_gb", "min_runtime_h", "parallel"})
-    if not rq:
-        raise r.fail(node, "requests: give gpu_type, mem_gb, min_runtime_h and/or parallel "
-                     "distributions")
-    contracts = (_distribution(r, rq.pop("min_runtime_h"), "requests.min_runtime_h",
-                               "{1: 0.6, 8: 0.3, run: 0.1}", lambda k: _hours_key(r, k))
+def _arrivals(r: _Reader, value: object) -> dict[str, Any]:
+    ar = r.mapping(value, ("arrivals",), "arrivals", {"scale", "target_load"})
+    if ar is None:
+        return {}
+    if len(ar) != 1:
+        if _all_known(value, ar):  # else an unknown key is the problem reported
+            r.fail(("arrivals",), "arrivals: give exactly one of scale or target_load")
+        return {}
+    (name, knob), = ar.items()
+    return {name: r.number(knob, ("arrivals", name), strict=True)}
+
+
+def _engine(r: _Reader, value: object) -> dict[str, Any]:
+    en = r.mapping(value, ("engine",), "engine", {"cycle_s", "partition_by_team"}) or {}
+    out: dict[str, Any] = {}
+    if "cycle_s" in en:
+        out["cycle_s"] = r.number(en["cycle_s"], ("engine", "cycle_s"), strict=True)
+    if "partition_by_team" in en:
+        v = en["partition_by_team"]
+        if isinstance(v, bool):
+            out["partition_by_team"] = v
+        else:
+            r.fail(("engine", "partition_by_team"), "engine.partition_by_team must be true "
+                   f"or false, got {_shown(v)}")
+    return out
+
+
+def _unallocated(r: _Reader, value: object) -> dict[str, Any]:
+    return {"unallocated": r.number(value, ("unallocated",), high=1.0)}
+
+
+def _faults(r: _Reader, value: object) -> dict[str, Any]:
+    fa = r.mapping(value, ("faults",), "faults", {"rate_per_node_per_day", "repair_hours"})
+    if fa is None:
+        return {}
+    rate = (r.number(fa["rate_per_node_per_day"], ("faults", "rate_per_node_per_day"))
+            if "rate_per_node_per_day" in fa else Faults().rate_per_node_per_day)
+    repair = (r.number(fa["repair_hours"], ("faults", "repair_hours"), strict=True)
+              if "repair_hours" in fa else Faults().repair_hours)
+    if rate is None or repair is None:
+        return {}
+    return {"faults": Faults(rate_per_node_per_day=rate, repair_hours=repair)}
+
+
+def _policy(r: _Reader, value: object) -> dict[str, Any]:
+    # knob overrides for the config: revise() checks them against --config
+    return {} if r.mapping(value, ("policy",), "policy", set()) is None else {"policy": value}
+
+
+def _policies(r: _Reader, value: object) -> dict[str, Any]:
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
+        r.fail(("policies",), "policies must be a non-empty list of names")
+        return {}
+    return {"policies": tuple(value)}
+
+
+def _seed(r: _Reader, value: object) -> dict[str, Any]:
+    return {"seed": r.integer(value, ("seed",), low=0)}
+
+
+def _admission(r: _Reader, value: object) -> dict[str, Any]:
+    if isinstance(value, str) and value.lower() in ("on", "off"):
+        value = value.lower() == "on"  # YAML 1.1 reads a bare on/off as true/false already
+    if not isinstance(value, bool):
+        r.fail(("admission",), f"admission must be on or off, got {_shown(value)}")
+        return {}
+    return {"admission": value}
+
+
+def _distribution(r: _Reader, value: object, path: DataPath, example: str,
+                  key: Callable[[object, DataPath], Any], *, outcomes: str = "outcomes",
+                  strict: bool = False) -> dict[Any, float] | None:
+    """A mapping of outcomes to probabilities that sum to 1; ``key`` reads an outcome
+    (None: it reported why not)."""
+    what = _dotted(path)
+    if not isinstance(value, dict) or not value:
+        r.fail(path, f"{what} must map {outcomes} to probabilities, e.g. {example}")
+        return None
+    out: dict[Any, float] = {}
+    complete = True
+    for k, v in value.items():
+        name = key(k, (*path, k))
+        if name is not None and name in out:
+            r.fail((*path, k), f"{what}: duplicate key {_shown(name)}", key=True)
+            name = None
+        p = None if name is None else r.number(v, (*path, k), what=f"{what}.{name}",
+                                               strict=strict, high=1.0)
+        if p is None:
+            complete = False
+        else:
+            out[name] = p
+    if not complete:
+        return None
+    if abs(sum(out.values()) - 1) > 1e-6:
+        r.fail(path, f"{what} probabilities must sum to 1, got {sum(out.values()):g}")
+        return None
+    return out
+
+
+def _requests(r: _Reader, value: object) -> dict[str, Any]:
+    path = ("requests",)
+    rq = r.mapping(value, path, "requests", {"gpu_type", "mem_gb", "min_runtime_h", "parallel"})
+    if rq is None:
+        return {}
+    if not value:
+        r.fail(path, "requests: give gpu_type, mem_gb, min_runtime_h and/or parallel "
+               "distributions")
+        return {}
+    contracts = (_distribution(r, rq["min_runtime_h"], (*path, "min_runtime_h"),
+                               "{1: 0.6, 8: 0.3, run: 0.1}", lambda k, p: _hours_key(r, k, p))
                  if "min_runtime_h" in rq else {})
-    parallel = (_distribution(r, rq.pop("parallel"), "requests.parallel",
-                              "{data: 0.5, tensor: 0.5}", lambda k: _parallel_key(r, k))
+    parallel = (_distribution(r, rq["parallel"], (*path, "parallel"),
+                              "{data: 0.5, tensor: 0.5}", lambda k, p: _parallel_key(r, k, p))
                 if "parallel" in rq else {})
-    return dataclasses.replace(_types_and_memory(r, node, rq), min_runtime_h=contracts,
-                               parallel=parallel)
+    asked = _types_and_memory(r, rq)
+    if contracts is None or parallel is None or asked is None:
+        return {}
+    return {"requests": dataclasses.replace(asked, min_runtime_h=contracts, parallel=parallel)}
 
 
-def _parallel_key(r: _Reader, node: yaml.Node) -> str:
+def _parallel_key(r: _Reader, k: object, path: DataPath) -> str | None:
     """A ``parallel`` outcome: a value admission reads from ``parallel=`` in --comment."""
-    v = r.value(node)
-    if v not in PARALLEL_KINDS:
-        raise r.fail(node, f"requests.parallel: {v!r} is not {' or '.join(PARALLEL_KINDS)} "
-                     "(the values of parallel= in --comment)")
-    return str(v)
+    if k not in PARALLEL_KINDS:
+        r.fail(path, f"requests.parallel: {_shown(k)} is not {' or '.join(PARALLEL_KINDS)} "
+               "(the values of parallel= in --comment)", key=True)
+        return None
+    return str(k)
 
 
-def _hours_key(r: _Reader, node: yaml.Node) -> float | str:
+def _hours_key(r: _Reader, k: object, path: DataPath) -> float | str | None:
     """A ``min_runtime_h`` outcome: hours (> 0; 0 would be QOS free) or ``run``."""
-    if r.value(node) == RUN:
+    if k == RUN:
         return RUN
-    return r.number(node, "requests.min_runtime_h key (hours, or run)", strict=True)
+    return r.number(k, path, what="requests.min_runtime_h key (hours, or run)", strict=True,
+                    key=True)
 
 
-def _types_and_memory(r: _Reader, node: yaml.Node, rq: dict[str, yaml.Node]) -> Requests:
-    gpu_type = (_distribution(r, rq["gpu_type"], "requests.gpu_type", "{a100_80g: 1.0}",
-                              lambda k: r.string(k, "requests.gpu_type key"))
+def _gb(r: _Reader, value: object, path: DataPath) -> dict[float, float] | None:
+    what = f"{_dotted(path)} key"
+    return _distribution(r, value, path, "{20: 0.3, 35: 0.7}",
+                         lambda k, p: r.number(k, p, what=what, strict=True, key=True))
+
+
+def _types_and_memory(r: _Reader, rq: dict[str, Any]) -> Requests | None:
+    gpu_type = (_distribution(r, rq["gpu_type"], ("requests", "gpu_type"), "{a100_80g: 1.0}",
+                              lambda k, p: r.string(k, p, what="requests.gpu_type key",
+                                                    key=True))
                 if "gpu_type" in rq else {})
-
-    def gb(node: yaml.Node, what: str) -> dict[float, float]:
-        return _distribution(r, node, what, "{20: 0.3, 35: 0.7}",
-                             lambda k: r.number(k, f"{what} key", strict=True))
-
     if "mem_gb" not in rq:
-        return Requests(gpu_type=gpu_type)
+        return None if gpu_type is None else Requests(gpu_type=gpu_type)
+    path = ("requests", "mem_gb")
     mn = rq["mem_gb"]
-    per_type = isinstance(mn, yaml.MappingNode) and bool(mn.value) and all(
-        isinstance(v, yaml.MappingNode) for _, v in mn.value)
+    per_type = isinstance(mn, dict) and bool(mn) and all(isinstance(v, dict) for v in mn.values())
     if not per_type:
-        return Requests(gpu_type=gpu_type, mem_gb=gb(mn, "requests.mem_gb"))
-    by_type = {}
-    for name, dist in r.mapping(mn, "requests.mem_gb", set()).items():
+        mem = _gb(r, mn, path)
+        return None if gpu_type is None or mem is None else Requests(gpu_type=gpu_type,
+                                                                     mem_gb=mem)
+    given = r.mapping(mn, path, "requests.mem_gb", set()) or {}
+    by_type = {name: _gb(r, dist, (*path, name)) for name, dist in given.items()}
+    if gpu_type is None:
+        return None
+    for name in given:
         if name not in gpu_type:
-            raise r.fail(dist, f"requests.mem_gb.{name}: {name} is not a type in "
-                         "requests.gpu_type")
-        by_type[name] = gb(dist, f"requests.mem_gb.{name}")
-    missing = sorted(set(gpu_type) - set(by_type))
+            r.fail((*path, name), f"requests.mem_gb.{name}: {name} is not a type in "
+                   "requests.gpu_type")
+    missing = sorted(set(gpu_type) - set(given))
     if missing:
-        raise r.fail(mn, f"requests.mem_gb: no distribution for {', '.join(missing)}")
-    return Requests(gpu_type=gpu_type, mem_gb_by_type=by_type)
+        r.fail(path, f"requests.mem_gb: no distribution for {', '.join(missing)}")
+    if missing or set(given) - set(gpu_type) or not _all_known(mn, given):
+        return None
+    checked = {name: dist for name, dist in by_type.items() if dist is not None}
+    return Requests(gpu_type=gpu_type, mem_gb_by_type=checked) if len(checked) == len(
+        by_type) else None
 
 
 _SIMPLE = ("nodes", "gpus_per_node", "leaf_nodes", "gpu_type")
 
 
-def _cluster(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+def _cluster(r: _Reader, value: object) -> dict[str, Any]:
     """Either the simple layout (N nodes of one type, leaves of ``leaf_nodes``) or the
     config's own ``node_classes`` (+ optional ``gpu_types``) schema, never both."""
-    cl = r.mapping(node, "cluster", {*_SIMPLE, "node_classes", "gpu_types"})
+    path = ("cluster",)
+    cl = r.mapping(value, path, "cluster", {*_SIMPLE, "node_classes", "gpu_types"}) or {}
     out: dict[str, Any] = {}
     if "node_classes" in cl:
         simple = [k for k in _SIMPLE if k in cl]
         if simple:
-            raise r.fail(cl[simple[0]], f"cluster: {simple[0]} cannot be combined with "
-                         "node_classes (give each class its gpus_per_node and leaf_switch)")
-        classes = r.value(cl["node_classes"])
+            r.fail((*path, simple[0]), f"cluster: {simple[0]} cannot be combined with "
+                   "node_classes (give each class its gpus_per_node and leaf_switch)")
+        classes = cl["node_classes"]
         if not isinstance(classes, list) or not classes or not all(
                 isinstance(c, dict) for c in classes):
-            raise r.fail(cl["node_classes"], "cluster.node_classes must be a non-empty list "
-                         "of node classes, as in slurm-ml.yaml")
-        out["node_classes"] = tuple(classes)
+            r.fail((*path, "node_classes"), "cluster.node_classes must be a non-empty list "
+                   "of node classes, as in slurm-ml.yaml")
+        else:
+            out["node_classes"] = tuple(classes)
     if "gpu_types" in cl:
-        types = r.value(cl["gpu_types"])
+        types = cl["gpu_types"]
         if not isinstance(types, dict) or not types:
-            raise r.fail(cl["gpu_types"], "cluster.gpu_types must map GRES type names to "
-                         "their properties, as in slurm-ml.yaml")
-        out["gpu_types"] = types
+            r.fail((*path, "gpu_types"), "cluster.gpu_types must map GRES type names to "
+                   "their properties, as in slurm-ml.yaml")
+        else:
+            out["gpu_types"] = types
     for key in ("nodes", "gpus_per_node", "leaf_nodes"):
         if key in cl:
-            out[key] = r.integer(cl[key], f"cluster.{key}")
+            out[key] = r.integer(cl[key], (*path, key))
     if "gpu_type" in cl:
-        out["gpu_type"] = r.string(cl["gpu_type"], "cluster.gpu_type")
+        out["gpu_type"] = r.string(cl["gpu_type"], (*path, "gpu_type"))
     return out
 
 
-def _budgets(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+def _budgets(r: _Reader, value: object) -> dict[str, Any]:
     """``weights`` per trace team (a tree of one program), or ``accounts``: the config's
     own tree with trace teams and users mapped onto its projects."""
-    bu = r.mapping(node, "budgets", {"weights", "accounts"})
+    bu = r.mapping(value, ("budgets",), "budgets", {"weights", "accounts"})
+    if bu is None:
+        return {}
     if ("weights" in bu) == ("accounts" in bu):
-        raise r.fail(node, "budgets: give exactly one of weights (per trace team) or "
-                     "accounts (the config's own tree, with teams/users mapped onto it)")
+        if _all_known(value, bu):  # else an unknown key is the problem reported
+            r.fail(("budgets",), "budgets: give exactly one of weights (per trace team) or "
+                   "accounts (the config's own tree, with teams/users mapped onto it)")
+        return {}
     if "weights" in bu:
-        wn = r.mapping(bu["weights"], "budgets.weights", set())
-        if not wn:
-            raise r.fail(bu["weights"], "budgets.weights: no teams")
-        return {"weights": {
-            t: r.number(n, f"budgets.weights.{t}", strict=True) for t, n in wn.items()}}
-    ac = r.mapping(bu["accounts"], "budgets.accounts", {"teams", "users", "default"})
+        return _weights(r, bu["weights"])
+    return _accounts(r, bu["accounts"])
 
-    def names(key: str) -> dict[str, str]:
+
+def _weights(r: _Reader, value: object) -> dict[str, Any]:
+    path = ("budgets", "weights")
+    wn = r.mapping(value, path, "budgets.weights", set())
+    if wn is None:
+        return {}
+    if not value:
+        r.fail(path, "budgets.weights: no teams")
+        return {}
+    weights = {team: r.number(w, (*path, team), strict=True) for team, w in wn.items()}
+    if not _all_known(value, wn) or None in weights.values():
+        return {}
+    return {"weights": weights}
+
+
+def _accounts(r: _Reader, value: object) -> dict[str, Any]:
+    path = ("budgets", "accounts")
+    ac = r.mapping(value, path, "budgets.accounts", {"teams", "users", "default"})
+    if ac is None:
+        return {}
+
+    def names(key: str) -> dict[str, str] | None:
         if key not in ac:
             return {}
-        mn = r.mapping(ac[key], f"budgets.accounts.{key}", set())
-        return {k: r.string(v, f"budgets.accounts.{key}.{k}") for k, v in mn.items()}
+        given = r.mapping(ac[key], (*path, key), f"budgets.accounts.{key}", set())
+        if given is None:
+            return None
+        out = {k: r.string(v, (*path, key, k)) for k, v in given.items()}
+        checked = {k: v for k, v in out.items() if v is not None}
+        return checked if len(checked) == len(out) and _all_known(ac[key], out) else None
 
-    accounts = Accounts(teams=names("teams"), users=names("users"),
-                        default=r.string(ac["default"], "budgets.accounts.default")
-                        if "default" in ac else None)
-    if not (accounts.teams or accounts.users or accounts.default):
-        raise r.fail(bu["accounts"], "budgets.accounts: map teams or users to accounts, "
-                     "or give a default account")
-    return {"accounts": accounts}
+    teams, users = names("teams"), names("users")
+    default = r.string(ac["default"], (*path, "default")) if "default" in ac else None
+    if teams is None or users is None or ("default" in ac and default is None):
+        return {}
+    if not (teams or users or default):
+        r.fail(path, "budgets.accounts: map teams or users to accounts, or give a default "
+               "account")
+        return {}
+    return {"accounts": Accounts(teams=teams, users=users, default=default)}
 
 
-def _debug(r: _Reader, node: yaml.Node) -> DebugMix:
-    keys = {
-        "rate_per_team_per_hour",
-        "rate_per_team_per_day",
-        "gpus",
-        "duration_s",
-        "min_runtime_s",
-    }
-    de = r.mapping(node, "debug", keys)
-    if ("rate_per_team_per_hour" in de) == ("rate_per_team_per_day" in de):
-        raise r.fail(
-            node, "debug: give exactly one of rate_per_team_per_hour or rate_per_team_per_day"
-        )
-    rate = (
-        r.number(de["rate_per_team_per_hour"], "debug.rate_per_team_per_hour")
-        if "rate_per_team_per_hour" in de
-        else r.number(de["rate_per_team_per_day"], "debug.rate_per_team_per_day") / 24
-    )
-    gpus: dict[int, float] = {1: 1.0}
-    if "gpus" in de:
-        gn = de["gpus"]
-        if not isinstance(gn, yaml.MappingNode) or not gn.value:
-            raise r.fail(
-                gn, "debug.gpus must map GPU counts to probabilities, e.g. {1: 0.7, 2: 0.3}"
-            )
-        gpus = {}
-        for k, v in gn.value:
-            size = r.integer(k, "debug.gpus key")
-            if size in gpus:
-                raise r.fail(k, f"debug.gpus: duplicate size {size}")
-            gpus[size] = r.number(v, f"debug.gpus.{size}", strict=True, high=1.0)
-        if abs(sum(gpus.values()) - 1) > 1e-6:
-            raise r.fail(gn, f"debug.gpus probabilities must sum to 1, got {sum(gpus.values()):g}")
-    return DebugMix(
-        rate_per_team_per_hour=rate,
-        gpus=gpus,
-        duration_s=r.number(de["duration_s"], "debug.duration_s", strict=True)
-        if "duration_s" in de
-        else 600.0,
-        min_runtime_s=r.number(de["min_runtime_s"], "debug.min_runtime_s")
-        if "min_runtime_s" in de
-        else 900.0,
-    )
+_RATES = ("rate_per_team_per_hour", "rate_per_team_per_day")
+
+
+def _debug(r: _Reader, value: object) -> dict[str, Any]:
+    path = ("debug",)
+    de = r.mapping(value, path, "debug", {*_RATES, "gpus", "duration_s", "min_runtime_s"})
+    if de is None:
+        return {}
+    rates = [k for k in _RATES if k in de]
+    rate: float | None = None
+    if len(rates) == 1:
+        rate = r.number(de[rates[0]], (*path, rates[0]))
+        if rate is not None and rates[0] == "rate_per_team_per_day":
+            rate /= 24
+    elif rates or _all_known(value, de):
+        r.fail(path, "debug: give exactly one of rate_per_team_per_hour or "
+               "rate_per_team_per_day")
+    gpus = (_distribution(r, de["gpus"], (*path, "gpus"), "{1: 0.7, 2: 0.3}",
+                          lambda k, p: r.integer(k, p, what="debug.gpus key", key=True),
+                          outcomes="GPU counts", strict=True)
+            if "gpus" in de else {1: 1.0})
+    duration = (r.number(de["duration_s"], (*path, "duration_s"), strict=True)
+                if "duration_s" in de else DebugMix().duration_s)
+    min_runtime = (r.number(de["min_runtime_s"], (*path, "min_runtime_s"))
+                   if "min_runtime_s" in de else DebugMix().min_runtime_s)
+    if rate is None or gpus is None or duration is None or min_runtime is None:
+        return {}
+    return {"debug": DebugMix(rate_per_team_per_hour=rate, gpus=gpus, duration_s=duration,
+                              min_runtime_s=min_runtime)}
+
+
+_SECTIONS: dict[str, Callable[[_Reader, Any], dict[str, Any]]] = {
+    "trace": _trace,
+    "slice": _slice,
+    "arrivals": _arrivals,
+    "cluster": _cluster,
+    "budgets": _budgets,
+    "unallocated": _unallocated,
+    "debug": _debug,
+    "faults": _faults,
+    "policy": _policy,
+    "policies": _policies,
+    "seed": _seed,
+    "engine": _engine,
+    "requests": _requests,
+    "admission": _admission,
+}

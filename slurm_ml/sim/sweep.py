@@ -28,6 +28,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from slurm_ml.config import Config
 from slurm_ml.sim.metrics import Summary, targets
 from slurm_ml.sim.scenario_file import Scenario, ScenarioError, load_scenario, parse_override
 from slurm_ml.sim.workload import LARGE
@@ -177,12 +178,12 @@ def _scenario(scenario_path: str, knob: str, value: Any, hours: float | None,
 
 def plan(scenario_path: str | Path, vary: str, out: Path, *, config_path: str | Path,
          hours: float | None = None, policies: Sequence[str] = (),
-         base_data: Mapping[str, Any] | None = None) -> Sweep:
+         base: Config | None = None) -> Sweep:
     """The sweep's points, each scenario loaded and checked now (a bad knob or value is a
-    SweepError before anything runs). ``base_data`` (the config's YAML) checks the
-    ``policy.*`` overrides with the config parser too."""
-    from slurm_ml.config import ConfigError
-    from slurm_ml.sim.prepare import POLICIES, with_policy
+    SweepError before anything runs). With ``base`` (the config loaded from
+    ``config_path``) each point's ``policy.*`` knobs are checked against it too."""
+    from slurm_ml.config import ConfigError, revise
+    from slurm_ml.sim.prepare import POLICIES
 
     knob, values = parse_vary(vary)
     scenario_path, config_path = str(Path(scenario_path).resolve()), str(
@@ -198,9 +199,9 @@ def plan(scenario_path: str | Path, vary: str, out: Path, *, config_path: str | 
         if bad:
             raise SweepError(f"{sc.source}: unknown policy {', '.join(bad)} "
                              f"(known: {', '.join(POLICIES)})")
-        if sc.policy and base_data is not None:
+        if sc.policy and base is not None:
             try:
-                with_policy(base_data, sc.policy, f"{sc.source} ({knob}={label})")
+                revise(base, {"policy": sc.policy}, source=f"{sc.source} ({knob}={label})")
             except ConfigError as exc:
                 raise SweepError(f"--vary {knob}={label}: invalid policy:\n{exc}") from exc
         points.append(Point(index=i, label=label, value=value,
@@ -247,18 +248,13 @@ def write_text_atomic(path: Path, text: str) -> None:
 def run_point(sweep: Sweep, index: int) -> dict[str, Any]:
     """Compute point ``index`` and write its file (its ``.err`` file on failure, then
     re-raise). Runs in a worker process or a Slurm array task."""
-    import yaml
-
     from slurm_ml.config import load_config
     from slurm_ml.sim.prepare import prepare, run_policy, scenario_info, summaries
 
     p = sweep.points[index]
     started = time.monotonic()
     try:
-        base = load_config(sweep.config_path)
-        data = (yaml.safe_load(Path(sweep.config_path).read_text(encoding="utf-8")) or {}
-                if p.scenario.policy else None)
-        prep = prepare(p.scenario, base, base_data=data)
+        prep = prepare(p.scenario, load_config(sweep.config_path))
         results = [run_policy(prep, name) for name in prep.policies]
         judged = summaries(prep, results)
         out = {

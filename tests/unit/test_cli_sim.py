@@ -3,13 +3,19 @@ JSON, the report, and bad input as exit 2 with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.cli import main
+from slurm_ml.config import Config, load_config, revise
+from slurm_ml.sim.prepare import prepare
+from slurm_ml.sim.scenario_file import Scenario, parse_override, parse_scenario
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -79,6 +85,79 @@ def test_set_gives_the_same_run_as_the_key_written_in_a_scenario_file(tmp_path: 
             p.pop("wall_s")
     assert a["scenario"]["cycle_s"] == 120
     assert a == b
+
+
+WINDOW, CAP = "window_hours: 168", "preempt_cap_fraction: 0.02"
+SETS = ("--set", "policy.fairshare.window_hours=72",
+        "--set", "policy.fast_lane.preempt_cap_fraction=0.05")
+POLICY = "policy: {fairshare: {window_hours: 72}, fast_lane: {preempt_cap_fraction: 0.05}}\n"
+
+
+def _edited_config(tmp_path: Path) -> Path:
+    """The default config with the two knobs of SETS written in it."""
+    text = DEFAULT_CONFIG.read_text(encoding="utf-8")
+    assert text.count(WINDOW) == 1 and text.count(CAP) == 1
+    path = tmp_path / "slurm-ml.yaml"
+    path.write_text(text.replace(WINDOW, "window_hours: 72").replace(
+        CAP, "preempt_cap_fraction: 0.05"), encoding="utf-8")
+    return path
+
+
+def test_set_simulates_the_config_of_the_same_values_written_in_the_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--set policy.KNOB=V``, the knob in a --scenario file's ``policy:`` and the value
+    written in slurm-ml.yaml itself: one Config, the one the simulation runs."""
+    from slurm_ml.sim import prepare as prepare_module
+
+    simulated: list[Config] = []
+    real = prepare_module.prepare
+
+    def spy(sc: Any, base: Config, **kwargs: Any) -> Any:
+        prep = real(sc, base, **kwargs)
+        simulated.append(prep.cfg)
+        return prep
+
+    monkeypatch.setattr(prepare_module, "prepare", spy)
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text(POLICY)
+    common = ("--trace", "tiresias", "--gpus", "16", "--policy", "fifo", "--json")
+    for argv in [("--config", str(_edited_config(tmp_path))),
+                 ("--config", str(DEFAULT_CONFIG), *SETS),
+                 ("--config", str(DEFAULT_CONFIG), "--scenario", str(scenario)),
+                 ("--config", str(DEFAULT_CONFIG))]:
+        code, _out, err = run(*argv, *common)
+        assert code == 0, err
+    in_file, by_set, in_scenario, unchanged = simulated
+    assert by_set == in_file and in_scenario == in_file
+    assert by_set.policy.fairshare.window_hours == 72
+    assert by_set.policy.fast_lane.preempt_cap_fraction == 0.05
+    assert unchanged != by_set and unchanged.policy.fairshare.window_hours == 168
+
+
+def test_the_functions_the_cli_calls_give_that_config_too(tmp_path: Path) -> None:
+    base = load_config(DEFAULT_CONFIG)
+    written = load_config(_edited_config(tmp_path))
+    revised = revise(base, {"policy": {"fairshare": {"window_hours": 72},
+                                       "fast_lane": {"preempt_cap_fraction": 0.05}}})
+    assert revised == written
+    sets = tuple(parse_override(text) for text in SETS[1::2])
+    by_set = parse_scenario("{}\n", "--set", sets)
+    in_scenario = parse_scenario(POLICY, "sc.yaml")
+    assert by_set.policy == in_scenario.policy
+    cluster = Scenario(trace="tiresias", nodes=2, policies=("fifo",))
+    cfgs = [prepare(dataclasses.replace(cluster, policy=sc.policy), base).cfg
+            for sc in (by_set, in_scenario)]
+    assert cfgs == [prepare(cluster, written).cfg] * 2
+
+
+def test_a_bad_policy_knob_is_exit_2_with_every_problem_at_its_path() -> None:
+    code, _out, err = run("--trace", "tiresias", "--gpus", "16", "--policy", "fifo",
+                          "--set", "policy.fairshare.window_hours=0",
+                          "--set", "policy.fast_lane.preempt_cap_fractio=0.05")
+    assert code == 2, err
+    assert "policy.fairshare.window_hours: must be > 0" in err
+    assert "policy.fast_lane.preempt_cap_fractio: unknown key (did you mean " \
+           "'preempt_cap_fraction'?)" in err
 
 
 def test_help_prints_percent_signs_as_written() -> None:

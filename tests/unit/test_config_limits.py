@@ -18,8 +18,9 @@ from slurm_ml.cli import main
 from slurm_ml.config import ConfigError, load_config, parse
 from slurm_ml.config import load as load_module
 from slurm_ml.config.checks import MAX_NODESET_NODES, nodeset_bound, nodeset_problem
-from slurm_ml.config.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, UNEXPECTED
+from slurm_ml.config.load import UNEXPECTED
 from slurm_ml.config.parse import MAX_ISSUES, parse_config
+from slurm_ml.config.yaml_reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
 
 TEXT = DEFAULT_CONFIG.read_text(encoding="utf-8")
 HUGE = "9" * 5001  # past Python's 4,300-digit int() limit

@@ -36,6 +36,8 @@ LAYERS = "layers"
 DRIVERS = "the daemon and the simulator drive one cycle: neither imports the other"
 POLICIES_APART = "admission and the reconcile cycle are independent policies"
 FAIRSHARE_BELOW = "fair share reads neither admission nor the reconcile cycle"
+YAML_READER = "YAML is read by the one strict reader, config.yaml_reader"
+SWEEP_APART = "sim sweep's commands stand on their own: they do not import `slurm-ml sim`'s"
 
 _VERDICT = re.compile(r"^(?P<name>.+) (?P<verdict>KEPT|BROKEN)(?: \(\d+ ignored imports?\))?$")
 
@@ -119,10 +121,27 @@ PLANTS = {
         frozenset({FAIRSHARE_BELOW, POLICIES_APART}),
         "slurm_ml.policy.fairshare.lane -> slurm_ml.policy.reconcile",
     ),
+    "yaml-read-outside-the-reader": Plant(
+        "slurm_ml/sim/sweep.py",
+        "import yaml\n",
+        frozenset({YAML_READER}),
+        "slurm_ml.sim.sweep -> yaml",
+    ),
+    "sweep-command-imports-sim-command": Plant(
+        "slurm_ml/cli/sim_sweep.py",
+        "def _planted():\n    from slurm_ml.cli.simulate import sim_cmd\n    return sim_cmd\n",
+        frozenset({SWEEP_APART}),
+        "slurm_ml.cli.sim_sweep -> slurm_ml.cli.simulate",
+    ),
     # Allowed: what the boundaries are for must keep every contract.
     "allowed-proc-run-from-health-report": Plant(
         "slurm_ml/health/report.py",
         "from slurm_ml.proc import run\n",
+        frozenset(),
+    ),
+    "allowed-the-reader-from-the-simulator": Plant(
+        "slurm_ml/sim/sweep.py",
+        "from slurm_ml.config.yaml_reader import read_yaml\n",
         frozenset(),
     ),
     "allowed-psycopg-in-store-init": Plant(

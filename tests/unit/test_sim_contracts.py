@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 
 from slurm_ml.assets import DEFAULT_CONFIG
 from slurm_ml.config import Config, load_config
@@ -90,11 +89,10 @@ def test_the_cap_changes_what_budget_may_requeue() -> None:
     """The cap is admission's, and the contracts read it where they protect a run: a
     lower cap lets the budget policy requeue long-protected work sooner, and every
     requeued run of an allocated job still lasted its (capped) contract."""
-    base_data = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
     requeues, contract, cut = {}, {}, {}
     for cap in (120, 960):
         prep = prepare(parse_scenario(SCENARIO.replace("CAP", str(cap)), "cap.yaml"),
-                       BASE, base_data=base_data)
+                       BASE)
         assert prep.admission["requests"]["min_runtime_cap_min"] == cap
         result = simulate(prep.cfg, prep.trace.jobs, "budget", settings=prep.settings)
         requeues[cap] = result.preemptions - result.qos_preemptions  # no free work here

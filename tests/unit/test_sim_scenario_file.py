@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from slurm_ml.cli import main
 from slurm_ml.sim import scenario, traces
 from slurm_ml.sim.metrics import judged_window, offered_load
-from slurm_ml.sim.scenario_file import ScenarioError, load_scenario
+from slurm_ml.sim.scenario_file import ScenarioError, load_scenario, parse_override
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sim" / "ai2-60x8.yaml"
 
@@ -45,6 +45,86 @@ def test_bad_input_names_the_line(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(text)
     with pytest.raises(ScenarioError, match=says):
+        load_scenario(path)
+
+
+THREE_WRONGS = """\
+trace: philly
+slice: {start_hours: -1, hours: 24}
+arrivals: {target_load: 2.5}
+cluster: {nodes: 8, gpus_per_nodes: 8}
+debug:
+  rate_per_team_per_day: 6
+  gpus: {1: 0.7, 2: 0.2}
+"""
+
+
+def test_every_problem_of_a_scenario_is_reported_at_once_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(THREE_WRONGS)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert info.value.issues == [
+        f"{path}:2: slice.start_hours must be >= 0, got -1",
+        f"{path}:4: cluster: unknown key 'gpus_per_nodes' (known: gpu_type, gpu_types, "
+        "gpus_per_node, leaf_nodes, node_classes, nodes)",
+        f"{path}:7: debug.gpus probabilities must sum to 1, got 0.9",
+    ]
+    assert str(info.value) == "\n".join(info.value.issues)
+
+
+def test_duplicate_keys_and_overrides_are_reported_with_the_files_problems(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("trace: philly\nseed: -1\nengine:\n  cycle_s: 60\n  cycle_s: 120\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, (parse_override("arrivals.scale=0"),
+                             parse_override("trace.kind=philly")))
+    assert info.value.issues == [
+        f"{path}:2: seed must be an integer >= 0, got -1",
+        f"{path}:5: duplicate key 'cycle_s' (YAML would silently keep only the last one)",
+        f"{path}: override arrivals.scale=0: arrivals.scale must be > 0, got 0",
+        f"{path}: override trace.kind='philly': trace is not a mapping",
+    ]
+
+
+def test_the_scenario_reader_is_the_configs(tmp_path: Path) -> None:
+    """The strict reader slurm-ml.yaml goes through, with its messages: a YAML error names
+    the file, line and column; a scalar that is no value is a problem where it is used."""
+    path = tmp_path / "s.yaml"
+    path.write_text("trace: philly\nslice: {hours: 2\n")
+    with pytest.raises(ScenarioError, match=rf"^{path}: YAML syntax error at line 3, column 1: "):
+        load_scenario(path)
+    path.write_text("trace: philly\nseed: " + "9" * 200 + "\n")
+    with pytest.raises(ScenarioError, match=rf"^{path}:2: seed must be an integer >= 0, got an "
+                                            r"unreadable !!int value \(an integer of 200 digits"):
+        load_scenario(path)
+    path.write_text("policy: " + "[" * 80 + "]" * 80 + "\n")
+    with pytest.raises(ScenarioError, match=rf"^{path}: refused at line 1, column 72: lists and "
+                                            "mappings nest more than 64 deep"):
+        load_scenario(path)
+
+
+def test_a_scenario_of_thousands_of_problems_lists_the_first_ones(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("".join(f"bogus{i}: 1\n" for i in range(1000)))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert len(info.value.issues) == 201
+    assert info.value.issues[0].startswith(f"{path}:1: scenario: unknown key 'bogus0'")
+    assert info.value.issues[-1] == f"{path}: 800 more problem(s) not listed (the first 200 " \
+                                    "are above)"
+
+
+def test_team_names_are_read_as_written(tmp_path: Path) -> None:
+    """A trace team called 103959 or 0123 is that name, not the number YAML reads; an
+    override names it the same way."""
+    path = tmp_path / "s.yaml"
+    path.write_text("budgets:\n  weights:\n    103959: 1\n    0123: 2\n    ab12: 3\n")
+    sc = load_scenario(path, (parse_override("budgets.weights.0123=5"),))
+    assert sc.weights == {"103959": 1.0, "0123": 5.0, "ab12": 3.0}
+    path.write_text("budgets:\n  weights:\n    103959: 1\n    0123: x\n")
+    with pytest.raises(ScenarioError, match=rf"^{path}:4: budgets.weights.0123 must be a "):
         load_scenario(path)
 
 

@@ -108,17 +108,17 @@ def test_a_bad_vary_is_bad_input_and_runs_nothing(scenario: Path, tmp_path: Path
 
 def test_policy_and_arrival_knobs_resolve_through_the_loaders(scenario: Path,
                                                               tmp_path: Path) -> None:
-    import yaml
+    from slurm_ml.config import load_config
 
-    base = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    base = load_config(DEFAULT_CONFIG)
     s = sw.plan(scenario, "policy.contracts.min_runtime_cap_min=120,240,480", tmp_path,
-                config_path=DEFAULT_CONFIG, base_data=base)
+                config_path=DEFAULT_CONFIG, base=base)
     assert [p.scenario.policy for p in s.points] == [
         {"contracts": {"min_runtime_cap_min": v}} for v in (120, 240, 480)]
     s = sw.plan(scenario, "arrivals.target_load=2,2.5,3", tmp_path, config_path=DEFAULT_CONFIG)
     assert [p.scenario.target_load for p in s.points] == [2.0, 2.5, 3.0]
     s = sw.plan(scenario, "policy.fairshare.window_hours=72,168,336", tmp_path,
-                config_path=DEFAULT_CONFIG, base_data=base)
+                config_path=DEFAULT_CONFIG, base=base)
     assert len({p.name for p in s.points}) == 3
 
 
