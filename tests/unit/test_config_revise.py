@@ -13,7 +13,7 @@ from slurm_ml.config import ConfigError, load_config, parse_config, revise
 from slurm_ml.config.revision import config_data
 from slurm_ml.model import BudgetProgram, BudgetProject, BudgetTree
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "slurm-ml.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "slurm-ml.yaml"
 TEXT = DEFAULT_CONFIG.read_text(encoding="utf-8")
 BASE = load_config(DEFAULT_CONFIG)
 
