@@ -8,7 +8,7 @@ STATE ?= $(CURDIR)/.devcluster
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: all venv cluster demo test check lint unit integration down destroy clean \
+.PHONY: all venv cluster demo test check coverage lint unit integration down destroy clean \
 	engine engine-down test-compose test-debian13
 
 all: test
@@ -46,10 +46,19 @@ integration: cluster
 test: lint cluster
 	source $(STATE)/env.sh && devcluster/test-all.sh $(BIN)/pytest $(PYTEST_ARGS)
 
-# Before a commit or a push: what needs no cluster. tests/compose is left out too (where a
-# Docker engine answers it builds images and starts a compose cluster).
+# Before a commit or a push: what needs no cluster, spread over every core. tests/compose
+# is left out too (where a Docker engine answers it builds images and starts a compose
+# cluster), and so are the unit tests marked slow (whole simulated weeks), which `make
+# unit` and `make test` run.
 check: lint
-	$(BIN)/pytest -m 'not integration and not compose' $(PYTEST_ARGS)
+	$(BIN)/pytest -n auto -m 'not integration and not compose and not slow' $(PYTEST_ARGS)
+
+# The unit tests' line coverage of slurm_ml against its floor (pyproject.toml
+# [tool.coverage.report] fail_under). Python 3.11's tracer makes the tests about four
+# times slower, so this is not part of `make check`; `make test` runs it (test-all.sh).
+coverage: venv
+	$(BIN)/pytest -n auto -m 'not integration and not compose and not slow' \
+	  --cov --cov-report=term $(PYTEST_ARGS)
 
 # The container routes (docs/admin.md): a Docker engine with no registry, then the compose
 # cluster built from host wheels and tested end to end (~15 minutes on 2 cores).

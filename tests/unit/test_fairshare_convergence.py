@@ -99,6 +99,7 @@ def clusters(draw: st.DrawFn) -> Cluster:
     return programs, projects, light
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, derandomize=True)
 @given(clusters())
 @example(([1, 1], [[1, 1], [1, 1]], None))

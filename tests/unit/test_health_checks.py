@@ -927,6 +927,7 @@ call_kw = st.fixed_dictionaries({"gpus": maybe_ids, "xid_since": since, "job_pid
 @PROP
 @given(snap=snapshot_strategy, prev=st.one_of(st.none(), snapshot_strategy), exp=exp_strategy,
        kw=call_kw)
+@pytest.mark.slow
 def test_check_node_never_raises(snap: NodeSnapshot, prev: NodeSnapshot | None,
                                  exp: Expectations, kw: dict[str, Any]) -> None:
     found = check_node(snap, exp, TH, previous=prev, **kw)

@@ -190,6 +190,7 @@ def _run(tmp_path: Path, *, admission: bool) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_example_1_4_short_run_admission_on_beats_off(tmp_path: Path) -> None:
     off, on = _run(tmp_path, admission=False), _run(tmp_path, admission=True)
     assert on["scenario"]["admission"]["requests"]["synthetic"] is True

@@ -84,6 +84,7 @@ def _by_hand(result: SimResult, team: str, window: tuple[float, float]) -> float
     return toward / owed
 
 
+@pytest.mark.slow
 def test_one_team_of_a_real_overloaded_run() -> None:
     trace = traces.load_philly(traces.default_data_dir() / "traces/pollux_philly/philly.csv")
     trace = scenario.slice_trace(trace, 720 * H, 744 * H)

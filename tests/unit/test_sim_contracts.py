@@ -84,6 +84,7 @@ seed: 0
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)  # three simulated weeks side by side: ~25 s on a quiet VM
 def test_the_cap_changes_what_budget_may_requeue() -> None:
     """The cap is admission's, and the contracts read it where they protect a run: a

@@ -24,6 +24,9 @@ from slurm_ml.sim.engine import SimSettings, simulate
 from slurm_ml.sim.result import SimResult
 from slurm_ml.sim.workload import SimJob
 
+# Whole simulated weeks, tens of seconds of CPU each: make test runs them, make check not.
+pytestmark = pytest.mark.slow
+
 PHILLY = traces.default_data_dir() / "traces/pollux_philly/philly.csv"
 GPUS = 128
 

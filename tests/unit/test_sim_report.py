@@ -167,6 +167,7 @@ def test_importing_the_report_does_not_import_matplotlib() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+@pytest.mark.slow
 def test_report_json_judges_six_targets_flags_teams_and_dates_the_axis(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     results = [tiny("fifo"), tiny("budget")]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 from test_sim_overload_digest import overloaded
 
 from slurm_ml.sim.engine import Engine, simulate
 from slurm_ml.sim.room import placement_nodes, placement_nodes_now
 
 
+@pytest.mark.slow
 def test_the_kept_room_is_the_computed_room() -> None:
     cfg, jobs = overloaded()
     engine = Engine(cfg, jobs[:1500], "budget")

@@ -135,6 +135,7 @@ def test_a_target_offered_load_is_hit_within_five_percent() -> None:
     assert offered_load(jobs, 480, judged_window(jobs)) == pytest.approx(2.5, rel=0.05)
 
 
+@pytest.mark.slow
 def test_the_report_page_shows_the_whole_what_if(tmp_path: Path) -> None:
     """Acceptance: weights, 60 x 8 on 6 leaves, the debug mix and the 2.5x load are on
     the page itself, not only in the JSON."""

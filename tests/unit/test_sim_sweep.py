@@ -37,6 +37,7 @@ def _mtimes(out: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
 
 
+@pytest.mark.slow
 def test_three_values_of_one_knob_give_the_table_chart_and_json(
         scenario: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -60,6 +61,7 @@ def test_three_values_of_one_knob_give_the_table_chart_and_json(
     assert len(list((out / "points").glob("*.json"))) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # runs the sweep twice in worker processes: ~13 s on a quiet VM
 def test_a_rerun_skips_every_point_already_done(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,6 +154,7 @@ def _fake_slurm(monkeypatch: pytest.MonkeyPatch, fail: set[int]) -> FakeSlurm:
     return fake
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # a sweep gathered from worker processes: ~12 s on a quiet VM
 def test_on_slurm_submits_one_array_and_gathers_it(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,6 +207,7 @@ def test_sweep_point_runs_one_point_of_a_manifest(scenario: Path, tmp_path: Path
     assert res.exit_code == 2 and "changed since" in res.stderr
 
 
+@pytest.mark.slow
 def test_a_failing_point_is_exit_1_and_the_others_are_written(
         scenario: Path, tmp_path: Path) -> None:
     # 6 hours cannot reach an offered load of 50 on 32 GPUs: that point fails to prepare
