@@ -38,7 +38,7 @@ from slurm_ml.deploy.errors import BadInput, DeployError
 from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.devcluster import brownfield, daemons, platform
 from slurm_ml.devcluster import health as node_health
-from slurm_ml.devcluster.layout import Layout
+from slurm_ml.devcluster.layout import Layout, first_job_id, record_ports, recorded_ports
 from slurm_ml.slurm import render
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmError, SlurmTimeout
@@ -168,6 +168,7 @@ class DevCluster:
     # ----------------------------------------------------------------- up
     def up(self, *, install_packages: bool = True) -> None:
         platform.require_root()
+        self._check_ports()
         t0 = time.monotonic()
         steps: list[tuple[str, Callable[[], None]]] = []
         if install_packages:
@@ -198,6 +199,17 @@ class DevCluster:
         env_cmd = f"slurm-ml devcluster env --state-dir {self.layout.root}"
         self.say(f'use it with:  eval "$({env_cmd})"')
 
+    def _check_ports(self) -> None:
+        """Refuse to move a running cluster to other ports: its daemons would keep the old
+        ones while every later command looked for the new."""
+        have = recorded_ports(self.layout.root)
+        if have is None or have == self.layout.ports:
+            return
+        if daemons.alive(self.layout.pidfile("slurmctld"), "slurmctld"):
+            raise platform.DevClusterError(
+                f"{self.layout.root} runs on ports offset {have.offset}, not "
+                f"{self.layout.ports.offset}; `slurm-ml devcluster down` it first")
+
     def _packages(self) -> None:
         added = platform.ensure_packages(self.say)
         plat = platform.detect()
@@ -215,6 +227,8 @@ class DevCluster:
         L.jobs.chmod(0o1777)
         # Researcher jobs and PostgreSQL must be able to traverse the state dir.
         L.root.chmod(0o755)
+        # Every later Layout(root) (down, env, status, the tests) reads the ports here.
+        record_ports(L.root, L.ports)
 
     def _users(self) -> None:
         for user in [*self.cfg.budgets.user_accounts(), *brownfield.SITE_USERS]:
@@ -263,6 +277,7 @@ class DevCluster:
             dbd_host="127.0.0.1",
             node_addr="127.0.0.1",
             node_port_base=P.node_base,
+            first_job_id=first_job_id(P),
             mysql_port=P.mysql,
             mysql_user=MYSQL_USER,
             mysql_password=self._secrets().mysql_password,
