@@ -135,7 +135,8 @@ def devcluster_status(state_dir: str | None, config_path: str | None, as_json: b
     else:
         click.echo(f"state dir: {st['state_dir']}")
         for name, p in st["processes"].items():
-            mark = f"running (pid {p['pid']})" if p["running"] else "STOPPED"
+            mark = ("running (not started by this cluster: shared)" if p.get("shared")
+                    else f"running (pid {p['pid']})" if p["running"] else "STOPPED")
             click.echo(f"  {name:<16} {mark}")
         if st["slurm_error"]:
             click.echo(f"slurm: {st['slurm_error']}")

@@ -635,9 +635,24 @@ class DevCluster:
             self._as_postgres([self._pg_bin("pg_ctl"), "-D", str(L.pg / "data"), "-m", "fast",
                                "-w", "stop"])
             stopped.append("postgresql")
-        if daemons.stop(L.pidfile("munged"), "munged"):
+        users = self._other_munge_users()
+        if users and daemons.alive(L.pidfile("munged"), "munged"):
+            # Another dev cluster on this host reuses the munged this one started (there is
+            # one socket, see Layout.munge_socket): stopping it would cut that one off.
+            self.say(f"munged kept running: still used by {', '.join(users)}")
+        elif daemons.stop(L.pidfile("munged"), "munged"):
             stopped.append("munged")
         return stopped
+
+    @staticmethod
+    def _other_munge_users() -> list[str]:
+        """Slurm daemons still running on this host once ours are stopped (another dev
+        cluster's, or the system's): they need munged."""
+        out = []
+        for program in ("slurmctld", "slurmdbd", "slurmd"):
+            res = proc.run(["pgrep", "-x", program], check=False, timeout_s=10)
+            out += [f"{program} {pid}" for pid in res.stdout.split()]
+        return out
 
     def destroy(self) -> None:
         """``down``, then delete the state directory."""
@@ -652,6 +667,10 @@ class DevCluster:
                               ("slurmdbd", "slurmdbd"), ("slurmctld", "slurmctld")):
             pid = daemons.alive(L.pidfile(name), program)
             procs[name] = {"running": pid is not None, "pid": pid}
+        if procs["munged"]["pid"] is None and self._system_munge():
+            # `up` reused a munged it did not start (the system's, or another dev
+            # cluster's on this host): it serves this cluster too.
+            procs["munged"] = {"running": True, "pid": None, "shared": True}
         for node in self.nodes():
             pid = daemons.alive(L.pidfile(f"slurmd-{node}"), "slurmd")
             procs[f"slurmd-{node}"] = {"running": pid is not None, "pid": pid}
