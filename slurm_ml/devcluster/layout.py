@@ -60,9 +60,12 @@ def recorded_ports(root: Path) -> Ports | None:
     state directory from before the record existed, or none at all: the defaults)."""
     try:
         data: Any = json.loads((root / "state.json").read_text())
-        return Ports(**data["ports"])
+        ports = Ports(**data["ports"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not all(type(v) is int and 0 < v < 65536 for v in dataclasses.astuple(ports)):
+        return None
+    return ports
 
 
 def record_ports(root: Path, ports: Ports) -> None:

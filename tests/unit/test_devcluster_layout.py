@@ -58,7 +58,9 @@ def test_layout_reads_the_ports_up_recorded(tmp_path: Path) -> None:
     assert Layout(tmp_path, Ports.shifted(300)).ports == Ports.shifted(300)
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", '{"ports": {"slurmctld": "x", "bad": 1}}'])
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"ports": {"slurmctld": "x", "bad": 1}}',
+                                  '{"ports": {"slurmctld": "16917"}}',
+                                  '{"ports": {"postgres": 70000}}'])
 def test_an_unreadable_record_means_the_defaults(tmp_path: Path, text: str) -> None:
     (tmp_path / "state.json").write_text(text)
     assert Layout(tmp_path).ports == Ports()
