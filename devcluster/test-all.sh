@@ -85,6 +85,16 @@ shard_b=$!
 
 cluster_b_down() {
   echo "test-all: bringing cluster B down ($state_b)"
+  # Its jobs first: a shard stopped early (Ctrl-C) leaves running jobs whose processes
+  # would outlive slurmd. Cluster B runs nothing but shard B's jobs.
+  (
+    source "$state_b/env.sh" 2>/dev/null || exit 0
+    squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null
+    for _ in {1..30}; do
+      [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break
+      sleep 1
+    done
+  )
   "$bin/slurm-ml" devcluster down --state-dir "$state_b" || echo "test-all: cluster B down failed"
 }
 trap 'pkill -TERM -P "$side" 2>/dev/null; kill "$side" 2>/dev/null
