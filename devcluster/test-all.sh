@@ -7,10 +7,12 @@
 #     mostly wait on Slurm and on real time (protected runtimes, fair-share windows, daemon
 #     cycles), so two clusters halve the run on the same cores. devcluster/integration-shards.txt
 #     names shard B's modules; every other one (a new one too) runs in shard A;
-#   - beside them, niced, the unit tests (CPU only), then the compose tests (tests/compose:
-#     a Docker engine building and starting the compose cluster; they skip, saying why,
-#     where none answers).
-# Shard B's and the side stream's output is held in logs and printed once shard A ends, so
+#   - beside them, niced, the unit tests (CPU only) and, at the same time, the compose
+#     tests (tests/compose: a Docker engine building and starting the compose cluster,
+#     ~11 minutes, mostly waiting on containers; they skip, saying why, where none
+#     answers). One after the other they would take ~19 minutes where an engine answers,
+#     longer than the sharded integration run.
+# Shard B's and the side streams' output is held in logs and printed once shard A ends, so
 # nothing interleaves; a last line counts each shard's tests (from their JUnit reports), so
 # a reader sees none was dropped.
 # SLURM_ML_TEST_SERIAL=1 runs one pytest over everything on the one cluster instead.
@@ -51,6 +53,7 @@ for f in "$repo"/tests/integration/test_*.py; do
 done
 
 side_log=$state/test-side.log
+compose_log=$state/test-compose.log
 b_log=$state/test-shard-b.log
 # their own temporary roots (pytest prunes old numbered ones: not the running ones), short
 # enough for the Unix sockets some tests bind there
@@ -61,11 +64,14 @@ tmp=$(mktemp -d /tmp/slurm-ml-tests.XXXXXX)
   nice -n 10 "$pytest" -m 'not integration and not compose' --basetemp="$tmp/unit" "$@" \
     || rc=$?
   echo "test-all: unit tests exit $rc"
-  crc=0
-  "$pytest" -m compose --basetemp="$tmp/compose" "$@" || crc=$?
-  echo "test-all: compose tests exit $crc"
 ) >"$side_log" 2>&1 &
 side=$!
+(
+  crc=0
+  nice -n 10 "$pytest" -m compose --basetemp="$tmp/compose" "$@" || crc=$?
+  echo "test-all: compose tests exit $crc"
+) >"$compose_log" 2>&1 &
+compose=$!
 
 (
   rc=0
@@ -98,6 +104,7 @@ cluster_b_down() {
   "$bin/slurm-ml" devcluster down --state-dir "$state_b" || echo "test-all: cluster B down failed"
 }
 trap 'pkill -TERM -P "$side" 2>/dev/null; kill "$side" 2>/dev/null
+      pkill -INT -P "$compose" 2>/dev/null; wait "$compose" 2>/dev/null
       pkill -TERM -P "$shard_b" 2>/dev/null; kill "$shard_b" 2>/dev/null
       wait "$shard_b" 2>/dev/null; cluster_b_down; exit 130' INT TERM
 
@@ -106,17 +113,21 @@ trap 'pkill -TERM -P "$side" 2>/dev/null; kill "$side" 2>/dev/null
 arc=$?
 wait "$shard_b"
 wait "$side"
+wait "$compose"
 echo
 echo "======== integration shard B (cluster B, $state_b; ran beside shard A) ========"
 cat "$b_log"
 echo
-echo "======== unit and compose tests (ran beside the integration tests) ========"
+echo "======== unit tests (ran beside the integration tests) ========"
 cat "$side_log"
+echo
+echo "======== compose tests (ran beside the integration tests) ========"
+cat "$compose_log"
 echo
 cluster_b_down
 brc=$(sed -n 's/^test-all: integration shard B exit //p' "$b_log")
 urc=$(sed -n 's/^test-all: unit tests exit //p' "$side_log")
-crc=$(sed -n 's/^test-all: compose tests exit //p' "$side_log")
+crc=$(sed -n 's/^test-all: compose tests exit //p' "$compose_log")
 brc=${brc:-1}
 urc=${urc:-1}
 crc=${crc:-1}
