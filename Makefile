@@ -40,9 +40,10 @@ unit: venv
 integration: cluster
 	source $(STATE)/env.sh && $(BIN)/pytest -m integration $(PYTEST_ARGS)
 
-# The integration tests in the foreground, the unit and compose tests beside them
-# (devcluster/test-all.sh: most of the integration run waits on Slurm and real time);
-# SLURM_ML_TEST_SERIAL=1 runs one pytest over everything instead.
+# The integration tests in two shards at once, on this cluster and a second one that
+# devcluster/test-all.sh brings up in $(STATE)-b and down again, the unit and compose tests
+# beside them (most of the integration run waits on Slurm and real time);
+# SLURM_ML_TEST_SERIAL=1 runs one pytest over everything, on this cluster, instead.
 test: lint cluster
 	source $(STATE)/env.sh && devcluster/test-all.sh $(BIN)/pytest $(PYTEST_ARGS)
 
@@ -76,10 +77,14 @@ test-compose: venv engine
 test-debian13: venv engine
 	devcluster/debian13.sh $(PYTEST_ARGS)
 
+# The second cluster make test brings up ($(STATE)-b, normally down again already) first:
+# it may use the munged the first one started.
 down:
+	[ ! -d $(STATE)-b ] || $(BIN)/slurm-ml devcluster down --state-dir $(STATE)-b
 	$(BIN)/slurm-ml devcluster down --state-dir $(STATE)
 
 destroy:
+	[ ! -d $(STATE)-b ] || $(BIN)/slurm-ml devcluster down --destroy --state-dir $(STATE)-b
 	$(BIN)/slurm-ml devcluster down --destroy --state-dir $(STATE)
 
 clean: destroy

@@ -42,14 +42,19 @@ def _state_opt(f: Any) -> Any:
                         help="slurm-ml.yaml (default the packaged conf/slurm-ml.yaml).")(f)
 
 
-def _cluster(state_dir: str | None, config_path: str | None) -> Any:
+def _cluster(state_dir: str | None, config_path: str | None,
+             ports_offset: int | None = None) -> Any:
+    """The cluster in the state directory, on the ports recorded there by `up` (or the
+    defaults), unless ``ports_offset`` chooses others (`up` only)."""
     from slurm_ml.devcluster.cluster import DevCluster
-    from slurm_ml.devcluster.layout import Layout
+    from slurm_ml.devcluster.layout import FROM_STATE, Layout, Ports
 
     root = Path(state_dir or env("SLURM_ML_DEVCLUSTER") or DEFAULT_STATE).resolve()
     cfg = load_config_or_exit(config_path or DEFAULT_CONFIG)
     path = Path(config_path or DEFAULT_CONFIG).resolve()
-    return DevCluster(cfg, Layout(root), say=lambda m: click.echo(m, err=True), config_path=path)
+    ports = FROM_STATE if ports_offset is None else Ports.shifted(ports_offset)
+    return DevCluster(cfg, Layout(root, ports), say=lambda m: click.echo(m, err=True),
+                      config_path=path)
 
 
 def _devcluster_errors() -> tuple[type[BaseException], ...]:
@@ -66,7 +71,14 @@ def _devcluster_errors() -> tuple[type[BaseException], ...]:
 @devcluster.command("up")
 @_state_opt
 @click.option("--no-install", is_flag=True, help="Do not apt-get install missing packages.")
-def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bool) -> None:
+@click.option("--ports-offset", type=click.IntRange(min=0), default=None,
+              help="Move every port (slurmctld 16817, slurmd, slurmdbd, the nodes' 17001+, "
+                   "MariaDB 13306, PostgreSQL 15432) up by N, and number jobs from N*10000, "
+                   "for a second cluster on this host (e.g. 100). Recorded in the state "
+                   "directory: later commands find it there. Default: what the state "
+                   "directory recorded, else 0.")
+def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bool,
+                  ports_offset: int | None) -> None:
     """Bring the dev cluster up (idempotent; needs root).
 
     Exit codes: 0 up; 1 a step failed (the message names it, the logs are in the state
@@ -74,7 +86,7 @@ def devcluster_up(state_dir: str | None, config_path: str | None, no_install: bo
     """
     from slurm_ml.devcluster.platform import NotRoot
 
-    cluster = _cluster(state_dir, config_path)
+    cluster = _cluster(state_dir, config_path, ports_offset)
     try:
         cluster.up(install_packages=not no_install)
     except NotRoot as exc:
@@ -123,7 +135,8 @@ def devcluster_status(state_dir: str | None, config_path: str | None, as_json: b
     else:
         click.echo(f"state dir: {st['state_dir']}")
         for name, p in st["processes"].items():
-            mark = f"running (pid {p['pid']})" if p["running"] else "STOPPED"
+            mark = ("running (not started by this cluster: shared)" if p.get("shared")
+                    else f"running (pid {p['pid']})" if p["running"] else "STOPPED")
             click.echo(f"  {name:<16} {mark}")
         if st["slurm_error"]:
             click.echo(f"slurm: {st['slurm_error']}")

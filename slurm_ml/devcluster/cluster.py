@@ -38,7 +38,7 @@ from slurm_ml.deploy.errors import BadInput, DeployError
 from slurm_ml.deploy.manifest import MANIFEST_NAME
 from slurm_ml.devcluster import brownfield, daemons, platform
 from slurm_ml.devcluster import health as node_health
-from slurm_ml.devcluster.layout import Layout
+from slurm_ml.devcluster.layout import Layout, first_job_id, record_ports, recorded_ports
 from slurm_ml.slurm import render
 from slurm_ml.slurm.client import CliSlurm
 from slurm_ml.slurm.errors import SlurmCommandError, SlurmError, SlurmTimeout
@@ -168,6 +168,7 @@ class DevCluster:
     # ----------------------------------------------------------------- up
     def up(self, *, install_packages: bool = True) -> None:
         platform.require_root()
+        self._check_ports()
         t0 = time.monotonic()
         steps: list[tuple[str, Callable[[], None]]] = []
         if install_packages:
@@ -198,6 +199,17 @@ class DevCluster:
         env_cmd = f"slurm-ml devcluster env --state-dir {self.layout.root}"
         self.say(f'use it with:  eval "$({env_cmd})"')
 
+    def _check_ports(self) -> None:
+        """Refuse to move a running cluster to other ports: its daemons would keep the old
+        ones while every later command looked for the new."""
+        have = recorded_ports(self.layout.root)
+        if have is None or have == self.layout.ports:
+            return
+        if daemons.alive(self.layout.pidfile("slurmctld"), "slurmctld"):
+            raise platform.DevClusterError(
+                f"{self.layout.root} runs on ports offset {have.offset}, not "
+                f"{self.layout.ports.offset}; `slurm-ml devcluster down` it first")
+
     def _packages(self) -> None:
         added = platform.ensure_packages(self.say)
         plat = platform.detect()
@@ -215,6 +227,8 @@ class DevCluster:
         L.jobs.chmod(0o1777)
         # Researcher jobs and PostgreSQL must be able to traverse the state dir.
         L.root.chmod(0o755)
+        # Every later Layout(root) (down, env, status, the tests) reads the ports here.
+        record_ports(L.root, L.ports)
 
     def _users(self) -> None:
         for user in [*self.cfg.budgets.user_accounts(), *brownfield.SITE_USERS]:
@@ -263,6 +277,7 @@ class DevCluster:
             dbd_host="127.0.0.1",
             node_addr="127.0.0.1",
             node_port_base=P.node_base,
+            first_job_id=first_job_id(P),
             mysql_port=P.mysql,
             mysql_user=MYSQL_USER,
             mysql_password=self._secrets().mysql_password,
@@ -620,9 +635,24 @@ class DevCluster:
             self._as_postgres([self._pg_bin("pg_ctl"), "-D", str(L.pg / "data"), "-m", "fast",
                                "-w", "stop"])
             stopped.append("postgresql")
-        if daemons.stop(L.pidfile("munged"), "munged"):
+        users = self._other_munge_users()
+        if users and daemons.alive(L.pidfile("munged"), "munged"):
+            # Another dev cluster on this host reuses the munged this one started (there is
+            # one socket, see Layout.munge_socket): stopping it would cut that one off.
+            self.say(f"munged kept running: still used by {', '.join(users)}")
+        elif daemons.stop(L.pidfile("munged"), "munged"):
             stopped.append("munged")
         return stopped
+
+    @staticmethod
+    def _other_munge_users() -> list[str]:
+        """Slurm daemons still running on this host once ours are stopped (another dev
+        cluster's, or the system's): they need munged."""
+        out = []
+        for program in ("slurmctld", "slurmdbd", "slurmd"):
+            res = proc.run(["pgrep", "-x", program], check=False, timeout_s=10)
+            out += [f"{program} {pid}" for pid in res.stdout.split()]
+        return out
 
     def destroy(self) -> None:
         """``down``, then delete the state directory."""
@@ -637,6 +667,10 @@ class DevCluster:
                               ("slurmdbd", "slurmdbd"), ("slurmctld", "slurmctld")):
             pid = daemons.alive(L.pidfile(name), program)
             procs[name] = {"running": pid is not None, "pid": pid}
+        if procs["munged"]["pid"] is None and self._system_munge():
+            # `up` reused a munged it did not start (the system's, or another dev
+            # cluster's on this host): it serves this cluster too.
+            procs["munged"] = {"running": True, "pid": None, "shared": True}
         for node in self.nodes():
             pid = daemons.alive(L.pidfile(f"slurmd-{node}"), "slurmd")
             procs[f"slurmd-{node}"] = {"running": pid is not None, "pid": pid}

@@ -3,12 +3,27 @@
 Everything lives under one directory so that ``rm -rf`` of it after
 ``devcluster down`` leaves the machine as it was; the ports are not Slurm's,
 MariaDB's or PostgreSQL's defaults so that a system install never clashes.
+
+Two dev clusters can run on one host (``make test`` runs the integration suite in two
+shards, one per cluster): each has its own state directory and a port offset that
+``devcluster up --ports-offset N`` records in the state directory's ``state.json``, so
+that every later ``Layout(root)`` (``down``, ``env``, ``status``, the tests) finds the
+same ports without being told again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+#: Job ids per step of the port offset: the cluster at offset N numbers its jobs from
+#: N * JOB_IDS_PER_OFFSET (offset 0: Slurm's default, 1), so that two clusters on one host
+#: never hand out the same job id (the hooks find a job's processes by SLURM_JOB_ID, and
+#: logs and test failures name job ids).
+JOB_IDS_PER_OFFSET = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +35,66 @@ class Ports:
     mysql: int = 13306
     postgres: int = 15432
 
+    @classmethod
+    def shifted(cls, offset: int) -> Ports:
+        """The default ports, each moved up by ``offset``."""
+        if offset < 0:
+            raise ValueError(f"port offset {offset}: must be 0 or more")
+        base = cls()
+        return cls(**{f.name: getattr(base, f.name) + offset for f in dataclasses.fields(cls)})
+
+    @property
+    def offset(self) -> int:
+        """How far these ports are from the defaults (by slurmctld's)."""
+        return self.slurmctld - Ports().slurmctld
+
+
+def first_job_id(ports: Ports) -> int:
+    """FirstJobId for the cluster on ``ports`` (see JOB_IDS_PER_OFFSET); 0 means Slurm's
+    default (no line in slurm.conf)."""
+    return ports.offset * JOB_IDS_PER_OFFSET if ports.offset > 0 else 0
+
+
+def recorded_ports(root: Path) -> Ports | None:
+    """The ports ``devcluster up`` recorded in ``root/state.json``; None if none were (a
+    state directory from before the record existed, or none at all: the defaults)."""
+    try:
+        data: Any = json.loads((root / "state.json").read_text())
+        ports = Ports(**data["ports"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not all(type(v) is int and 0 < v < 65536 for v in dataclasses.astuple(ports)):
+        return None
+    return ports
+
+
+def record_ports(root: Path, ports: Ports) -> None:
+    """Write ``ports`` into ``root/state.json`` (other keys kept)."""
+    path = root / "state.json"
+    try:
+        data: Any = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data["ports"] = dataclasses.asdict(ports)
+    data["ports_offset"] = ports.offset
+    data["first_job_id"] = first_job_id(ports)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+#: ``Layout(root)`` without ports: those recorded in the state directory, else the defaults.
+FROM_STATE = Ports(-1, -1, -1, -1, -1, -1)
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
     root: Path
-    ports: Ports = Ports()
+    ports: Ports = FROM_STATE
+
+    def __post_init__(self) -> None:
+        if self.ports is FROM_STATE:
+            object.__setattr__(self, "ports", recorded_ports(self.root) or Ports())
 
     @property
     def etc(self) -> Path:

@@ -58,6 +58,7 @@ class SiteParams:
     mysql_user: str = "slurm"
     mysql_password: str = ""
     mysql_db: str = "slurm_acct_db"
+    first_job_id: int = 0  # non-zero: FirstJobId (two dev clusters on one host never share ids)
     scheduler_extra: str = ""  # the site's SchedulerParameters, e.g. "bf_interval=5"
     site_lines: str = ""  # the site's own node/partition lines slurm-ml does not manage
     site_switch_lines: str = ""  # topology.conf lines for those nodes (topology/tree needs them)
@@ -190,6 +191,10 @@ def _values(cfg: Config, site: SiteParams) -> dict[str, str]:
             f"SchedulerParameters={site.scheduler_extra}"
             if site.scheduler_extra
             else "#SchedulerParameters= (slurm-ml install adds its own)"
+        ),
+        first_job_id_line=(
+            f"FirstJobId={site.first_job_id}" if site.first_job_id
+            else "#FirstJobId= (Slurm's default, 1)"
         ),
     )
     return values

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -388,8 +389,11 @@ def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
 def test_unreachable_slurm_or_database_means_no_action_and_exit_1(
         cfgs: dict[str, Path], dsn: str, slurm_conf: str, tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
-    conf.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=16817",
-                                                         "SlurmctldPort=16999"))
+    # (whatever port the cluster runs on: `devcluster up --ports-offset` moves it)
+    text, n = re.subn(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999",
+                      Path(slurm_conf).read_text())
+    assert n == 1
+    conf.write_text(text)
     for name in ("gres.conf", "topology.conf"):
         (tmp_path / name).write_text((Path(slurm_conf).parent / name).read_text())
     cfg = write_config(tmp_path / "short.yaml")

@@ -108,6 +108,12 @@ def _wait_file(path: Path, timeout_s: float) -> str:
     return path.read_text()
 
 
+def _wait_not_running(job: int, deadline: float) -> None:
+    """Until slurmctld no longer has ``job`` RUNNING, or the monotonic ``deadline``."""
+    while show(job)["JobState"] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def round_trip(slurm_conf: str, pg_module_dsn: str) -> Iterator[dict[str, Any]]:
     migrate(pg_module_dsn)
@@ -137,6 +143,11 @@ def round_trip(slurm_conf: str, pg_module_dsn: str) -> Iterator[dict[str, Any]]:
             signalled_at = time.monotonic()
             _wait_file(dirs["default"] / "checkpoint", 15)
             _wait_file(dirs["own"] / "checkpoint", 15)
+            # The untrapped job's shell dies of the signal, but slurmctld hears of it only
+            # once slurmstepd and slurmd have reported it: a moment later, seconds on a
+            # loaded host (two dev clusters and the unit tests at once). Wait for that,
+            # still well inside the grace, before looking.
+            _wait_not_running(ids["untrapped"], signalled_at + GRACE_S / 2)
             during = {name: show(job) for name, job in ids.items()}
             inside = applier.apply(_plan(actions[:1]))  # the plan asks again for one
             time.sleep(max(0.0, GRACE_S + 1 - (time.monotonic() - signalled_at)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -228,7 +229,10 @@ def test_runaway_jobs_list_does_not_prompt(slurm: CliSlurm) -> None:
 def test_unreachable_controller_is_a_named_timeout(tmp_path: object, slurm_conf: str) -> None:
     # A slurm.conf whose controller port nobody listens on: Slurm retries, we time out.
     from pathlib import Path
-    text = Path(slurm_conf).read_text().replace("SlurmctldPort=16817", "SlurmctldPort=16999")
+    # (whatever port the cluster runs on: `devcluster up --ports-offset` moves it)
+    text, n = re.subn(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999",
+                      Path(slurm_conf).read_text())
+    assert n == 1
     conf = Path(str(tmp_path)) / "slurm.conf"
     conf.write_text(text)
     for name in ("gres.conf", "topology.conf"):
