@@ -56,7 +56,9 @@ check: lint
 
 # The unit tests' line coverage of slurm_ml against its floor (pyproject.toml
 # [tool.coverage.report] fail_under). Python 3.11's tracer makes the tests about four
-# times slower, so this is not part of `make check`; `make test` runs it (test-all.sh).
+# times slower (4.5 minutes on 2 cores), so this is neither part of `make check` nor run
+# beside the integration tests, whose timing it would crowd; CI (.ci/run) runs it after
+# `make test`.
 coverage: venv
 	$(BIN)/pytest -n auto -m 'not integration and not compose and not slow' \
 	  --cov --cov-report=term $(PYTEST_ARGS)
