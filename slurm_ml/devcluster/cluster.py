@@ -651,7 +651,9 @@ class DevCluster:
         out = []
         for program in ("slurmctld", "slurmdbd", "slurmd"):
             res = proc.run(["pgrep", "-x", program], check=False, timeout_s=10)
-            out += [f"{program} {pid}" for pid in res.stdout.split()]
+            # not a zombie: a daemon stopped a moment ago may not be reaped yet
+            out += [f"{program} {pid}" for pid in res.stdout.split()
+                    if not daemons.is_zombie(int(pid))]
         return out
 
     def destroy(self) -> None:

@@ -72,7 +72,9 @@ def stop(pidfile: Path, program: str, timeout_s: float = 15.0) -> bool:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if alive(pidfile, program) is None:
+        # The process itself, not only its pid file: slurmctld removes its pid file before
+        # it has exited, and whoever asks next (is munged still needed?) must not see it.
+        if alive(pidfile, program) is None and is_zombie(pid):  # gone, or a zombie
             break
         time.sleep(0.2)
     else:
