@@ -90,4 +90,4 @@ destroy:
 	$(BIN)/slurm-ml devcluster down --destroy --state-dir $(STATE)
 
 clean: destroy
-	rm -rf $(VENV) *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) *.egg-info .mypy_cache .ruff_cache .pytest_cache .coverage .coverage.*
