@@ -24,6 +24,8 @@ from typing import Any
 #: never hand out the same job id (the hooks find a job's processes by SLURM_JOB_ID, and
 #: logs and test failures name job ids).
 JOB_IDS_PER_OFFSET = 10_000
+#: The state directory's record of what ``up`` chose (:attr:`Layout.state_file`).
+STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ def recorded_ports(root: Path) -> Ports | None:
     """The ports ``devcluster up`` recorded in ``root/state.json``; None if none were (a
     state directory from before the record existed, or none at all: the defaults)."""
     try:
-        data: Any = json.loads((root / "state.json").read_text())
+        data: Any = json.loads((root / STATE_FILE).read_text())
         ports = Ports(**data["ports"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -70,7 +72,7 @@ def recorded_ports(root: Path) -> Ports | None:
 
 def record_ports(root: Path, ports: Ports) -> None:
     """Write ``ports`` into ``root/state.json`` (other keys kept)."""
-    path = root / "state.json"
+    path = root / STATE_FILE
     try:
         data: Any = json.loads(path.read_text())
         if not isinstance(data, dict):
@@ -178,7 +180,7 @@ class Layout:
 
     @property
     def state_file(self) -> Path:
-        return self.root / "state.json"
+        return self.root / STATE_FILE
 
     @property
     def submitd_socket(self) -> Path:
