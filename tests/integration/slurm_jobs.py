@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -138,3 +139,17 @@ def daemon_view(cfg_path: Path) -> Any:
     running = views.running_jobs(cfg, obs.jobs)
     return SimpleNamespace(cfg=cfg, now=now, obs=obs, plan=plan, running=running,
                            positions=contracts.allocation_positions(plan.fair, running))
+
+
+def unreachable_slurm_conf(slurm_conf: str, into: Path) -> Path:
+    """A copy of the cluster's slurm.conf (with its gres.conf and topology.conf) in
+    ``into`` whose controller port nobody listens on: Slurm commands retry, then time out.
+    Whatever port the cluster runs on (`devcluster up --ports-offset` moves it)."""
+    here = Path(slurm_conf)
+    text, n = re.subn(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999", here.read_text())
+    assert n == 1, f"{slurm_conf}: no single SlurmctldPort line"
+    conf = into / "slurm.conf"
+    conf.write_text(text)
+    for name in ("gres.conf", "topology.conf"):
+        (into / name).write_text((here.parent / name).read_text())
+    return conf

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import psycopg
 import pytest
 import yaml
 from psycopg.conninfo import make_conninfo
-from slurm_jobs import daemon_config, daemon_view, show, wait_state
+from slurm_jobs import daemon_config, daemon_view, show, unreachable_slurm_conf, wait_state
 from slurm_jobs import sbatch_charged as sbatch
 
 from slurm_ml import proc
@@ -388,14 +387,7 @@ def test_second_daemon_stays_passive(cfgs: dict[str, Path], dsn: str) -> None:
 
 def test_unreachable_slurm_or_database_means_no_action_and_exit_1(
         cfgs: dict[str, Path], dsn: str, slurm_conf: str, tmp_path: Path) -> None:
-    conf = tmp_path / "slurm.conf"
-    # (whatever port the cluster runs on: `devcluster up --ports-offset` moves it)
-    text, n = re.subn(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999",
-                      Path(slurm_conf).read_text())
-    assert n == 1
-    conf.write_text(text)
-    for name in ("gres.conf", "topology.conf"):
-        (tmp_path / name).write_text((Path(slurm_conf).parent / name).read_text())
+    conf = unreachable_slurm_conf(slurm_conf, tmp_path)
     cfg = write_config(tmp_path / "short.yaml")
     text = yaml.safe_load(cfg.read_text())
     text["slurm"]["command_timeout_s"] = 5

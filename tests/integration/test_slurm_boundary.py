@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from slurm_jobs import sbatch, wait_state
+from slurm_jobs import sbatch, unreachable_slurm_conf, wait_state
 
 from slurm_ml.model import GpuRequest, JobState
 from slurm_ml.slurm.client import CliSlurm
@@ -227,16 +226,8 @@ def test_runaway_jobs_list_does_not_prompt(slurm: CliSlurm) -> None:
 
 
 def test_unreachable_controller_is_a_named_timeout(tmp_path: object, slurm_conf: str) -> None:
-    # A slurm.conf whose controller port nobody listens on: Slurm retries, we time out.
     from pathlib import Path
-    # (whatever port the cluster runs on: `devcluster up --ports-offset` moves it)
-    text, n = re.subn(r"(?m)^SlurmctldPort=\d+$", "SlurmctldPort=16999",
-                      Path(slurm_conf).read_text())
-    assert n == 1
-    conf = Path(str(tmp_path)) / "slurm.conf"
-    conf.write_text(text)
-    for name in ("gres.conf", "topology.conf"):
-        (conf.parent / name).write_text((Path(slurm_conf).parent / name).read_text())
+    conf = unreachable_slurm_conf(slurm_conf, Path(str(tmp_path)))
     client = CliSlurm(SlurmRunner(env={"SLURM_CONF": str(conf)}, timeout_s=3))
     with pytest.raises((SlurmTimeout, SlurmCommandError)):
         client.list_nodes()
